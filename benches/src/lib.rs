@@ -1,0 +1,1 @@
+//! Benchmarks crate; benches live in `benches/`.
