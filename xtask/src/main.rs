@@ -1,5 +1,25 @@
-//! Workspace automation, std only: `cargo xtask loom` (placeholder until the runner lands).
-fn main() {
-    eprintln!("xtask: not yet implemented");
-    std::process::exit(2);
+//! Workspace automation, std only (no dependencies, so it builds in seconds on a clean clone).
+//! Run through the `.cargo/config.toml` alias: `cargo xtask loom [CRATE...]`; see `cargo xtask help`.
+
+mod cli;
+mod libtest;
+mod loom;
+mod report;
+mod workspace;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match cli::parse(std::env::args().skip(1)) {
+        Ok(cli::Command::Help) => {
+            print!("{}", cli::USAGE);
+            ExitCode::SUCCESS
+        }
+        Ok(cli::Command::Loom(args)) => loom::run(&args),
+        Err(error) => {
+            eprintln!("xtask: error: {error}\n");
+            eprint!("{}", cli::USAGE);
+            ExitCode::from(2)
+        }
+    }
 }

@@ -1,0 +1,352 @@
+//! `cargo xtask loom`: runs every crate's loom models in release mode under the `herd_loom` cfg,
+//! in their own target dir, keeps going after a failure and reports how many models each crate
+//! actually ran, so "loom passed" can never mean "loom ran nothing".
+
+use crate::cli::{self, LoomArgs, Preemptions, UsageError};
+use crate::libtest::SummaryCollector;
+use crate::report::{self, CrateRun, Verdict};
+use crate::workspace::{self, WorkspaceCrate};
+use std::env;
+use std::ffi::OsString;
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Instant;
+
+/// The workspace's own loom cfg (not bare `loom`, which would also switch tokio's internals).
+const LOOM_CFG: &str = "herd_loom";
+
+/// Target dir for loom builds, so the cfg change does not invalidate the normal build cache.
+const LOOM_TARGET_DIR: &str = "target/loom";
+
+/// Environment variables that make loom stop exploring early yet still report success.
+const SEARCH_LIMITING_VARS: [&str; 2] = ["LOOM_MAX_DURATION", "LOOM_MAX_PERMUTATIONS"];
+
+/// Exit status for a model failure.
+const EXIT_FAILED: u8 = 1;
+/// Exit status for a usage or environment error (nothing was run).
+const EXIT_USAGE: u8 = 2;
+
+/// Runs `cargo xtask loom` and returns the process exit status.
+pub(crate) fn run(args: &LoomArgs) -> ExitCode {
+    match prepare(args) {
+        Ok((cargo, root, crates, preemptions)) => {
+            run_all(args, &cargo, &root, &crates, preemptions)
+        }
+        Err(message) => {
+            eprintln!("xtask loom: error: {message}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+type Prepared = (
+    OsString,
+    std::path::PathBuf,
+    Vec<WorkspaceCrate>,
+    Preemptions,
+);
+
+/// Checks the environment and arguments and picks the crates, before anything is built.
+fn prepare(args: &LoomArgs) -> Result<Prepared, String> {
+    let set: Vec<&str> = SEARCH_LIMITING_VARS
+        .into_iter()
+        .filter(|var| env::var_os(var).is_some())
+        .collect();
+    if let Some(message) = refusal(&set) {
+        return Err(message);
+    }
+    let preemptions = resolve_preemptions(
+        args.preemptions,
+        env::var("LOOM_MAX_PREEMPTIONS").ok().as_deref(),
+    )
+    .map_err(|UsageError(message)| message)?;
+
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let root = workspace::locate_root(&cargo.to_string_lossy())?;
+    let all = workspace::discover(&root)?;
+    let selected: Vec<WorkspaceCrate> = workspace::select(&all, &args.crates)?
+        .into_iter()
+        .cloned()
+        .collect();
+    if selected.is_empty() {
+        return Err(format!(
+            "no crate under {} has loom models (crates/*/{})",
+            root.join("crates").display(),
+            workspace::LOOM_TESTS
+        ));
+    }
+    Ok((cargo, root, selected, preemptions))
+}
+
+/// The refusal message when any search-limiting variable is set, naming them.
+fn refusal(set_vars: &[&str]) -> Option<String> {
+    (!set_vars.is_empty()).then(|| {
+        format!(
+            "refusing to run with {} set: it ends loom's search early and still reports \
+             success, so a passing run would prove nothing. Unset it (lower --preemptions \
+             for a quicker, still exhaustive, bounded search).",
+            set_vars.join(" and ")
+        )
+    })
+}
+
+/// The preemption bound: `--preemptions`, else `LOOM_MAX_PREEMPTIONS`, else the default.
+fn resolve_preemptions(
+    flag: Option<Preemptions>,
+    from_env: Option<&str>,
+) -> Result<Preemptions, UsageError> {
+    match (flag, from_env) {
+        (Some(preemptions), _) => Ok(preemptions),
+        (None, Some(value)) => cli::parse_preemptions(value.trim())
+            .map_err(|UsageError(msg)| UsageError(format!("LOOM_MAX_PREEMPTIONS: {msg}"))),
+        (None, None) => Ok(Preemptions::Bounded(cli::DEFAULT_PREEMPTIONS)),
+    }
+}
+
+/// Adds `--cfg herd_loom` to space-separated `RUSTFLAGS`, keeping what the user set.
+fn with_loom_cfg(existing: Option<&str>) -> String {
+    let existing = existing.unwrap_or("").trim();
+    let has_cfg = existing
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .any(|pair| pair == ["--cfg", LOOM_CFG])
+        || existing
+            .split_whitespace()
+            .any(|flag| flag == format!("--cfg={LOOM_CFG}"));
+    match (existing.is_empty(), has_cfg) {
+        (true, _) => format!("--cfg {LOOM_CFG}"),
+        (false, true) => existing.to_owned(),
+        (false, false) => format!("{existing} --cfg {LOOM_CFG}"),
+    }
+}
+
+/// Adds `--cfg herd_loom` to `CARGO_ENCODED_RUSTFLAGS` (flags separated by 0x1f), which cargo
+/// prefers over `RUSTFLAGS` whenever it is set, even empty.
+fn with_loom_cfg_encoded(existing: &str) -> String {
+    let flags: Vec<&str> = existing.split('\u{1f}').filter(|f| !f.is_empty()).collect();
+    if flags.windows(2).any(|pair| pair == ["--cfg", LOOM_CFG]) {
+        return existing.to_owned();
+    }
+    let mut flags: Vec<String> = flags.into_iter().map(str::to_owned).collect();
+    flags.push("--cfg".to_owned());
+    flags.push(LOOM_CFG.to_owned());
+    flags.join("\u{1f}")
+}
+
+/// The libtest arguments: the user's, plus a thread count unless they chose one. Loom models are
+/// CPU-bound and each runs on one OS thread, so one harness thread per core is the fastest.
+fn harness_args(args: &LoomArgs, cores: usize) -> Vec<String> {
+    let mut harness = args.harness_args.clone();
+    if !args.sets_test_threads() {
+        harness.push(format!("--test-threads={}", cores.max(1)));
+    }
+    harness
+}
+
+fn run_all(
+    args: &LoomArgs,
+    cargo: &OsString,
+    root: &Path,
+    crates: &[WorkspaceCrate],
+    preemptions: Preemptions,
+) -> ExitCode {
+    match preemptions {
+        Preemptions::Bounded(n) if n < cli::DEFAULT_PREEMPTIONS => eprintln!(
+            "xtask loom: warning: LOOM_MAX_PREEMPTIONS={n} is below the bound of {} the \
+             project's models are meant to pass",
+            cli::DEFAULT_PREEMPTIONS
+        ),
+        _ => {}
+    }
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let harness = harness_args(args, cores);
+    let filtered = args.is_filtered();
+
+    let mut runs = Vec::with_capacity(crates.len());
+    let mut failed_models: Vec<(String, Vec<String>)> = Vec::new();
+    for krate in crates {
+        eprintln!(
+            "\n==> loom: {} (LOOM_MAX_PREEMPTIONS={preemptions}, release, {LOOM_TARGET_DIR})",
+            krate.name
+        );
+        let (run, collector) = run_crate(cargo, root, &krate.name, &harness, preemptions);
+        if !collector.failed_tests().is_empty() {
+            failed_models.push((krate.name.clone(), collector.failed_tests().to_vec()));
+        }
+        runs.push(run);
+    }
+
+    let table = report::summary_table(&runs, filtered, &preemptions.to_string());
+    println!("\n{table}");
+    let verdicts: Vec<Verdict> = runs.iter().map(|run| Verdict::of(run, filtered)).collect();
+    for (krate, models) in &failed_models {
+        for model in models {
+            println!(
+                "rerun: LOOM_LOG=trace LOOM_LOCATION=1 cargo xtask loom {krate} \
+                 --preemptions {preemptions} -- {model} --exact --nocapture"
+            );
+        }
+    }
+    let failures = verdicts.iter().filter(|v| v.is_failure()).count();
+    if failures > 0 {
+        println!("loom: {failures} of {} crate(s) FAILED", runs.len());
+        ExitCode::from(EXIT_FAILED)
+    } else {
+        let total: u64 = runs
+            .iter()
+            .filter_map(|run| run.counts.map(|c| c.ran()))
+            .sum();
+        println!("loom: {total} model(s) passed in {} crate(s)", runs.len());
+        ExitCode::SUCCESS
+    }
+}
+
+/// Builds and runs one crate's loom models, echoing the harness's output while parsing it.
+fn run_crate(
+    cargo: &OsString,
+    root: &Path,
+    name: &str,
+    harness: &[String],
+    preemptions: Preemptions,
+) -> (CrateRun, SummaryCollector) {
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(root)
+        .args(["test", "--release", "-p", name, "--test", "loom"])
+        .args(["--target-dir", LOOM_TARGET_DIR, "--"])
+        .args(harness)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    match env::var("CARGO_ENCODED_RUSTFLAGS") {
+        Ok(encoded) => command.env("CARGO_ENCODED_RUSTFLAGS", with_loom_cfg_encoded(&encoded)),
+        Err(_) => command.env(
+            "RUSTFLAGS",
+            with_loom_cfg(env::var("RUSTFLAGS").ok().as_deref()),
+        ),
+    };
+    match preemptions {
+        Preemptions::Bounded(n) => command.env("LOOM_MAX_PREEMPTIONS", n.to_string()),
+        Preemptions::Unbounded => command.env_remove("LOOM_MAX_PREEMPTIONS"),
+    };
+
+    let started = Instant::now();
+    let mut collector = SummaryCollector::default();
+    let outcome = command.spawn().and_then(|mut child| {
+        if let Some(stdout) = child.stdout.take() {
+            echo_and_collect(stdout, &mut collector)?;
+        }
+        child.wait()
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    let (exit_success, exit_code) = match outcome {
+        Ok(status) => (status.success(), status.code()),
+        Err(error) => {
+            eprintln!("xtask loom: could not run cargo for `{name}`: {error}");
+            (false, None)
+        }
+    };
+    let run = CrateRun {
+        name: name.to_owned(),
+        exit_success,
+        exit_code,
+        counts: collector.counts(),
+        seconds,
+    };
+    (run, collector)
+}
+
+/// Copies the harness's stdout to ours line by line (so progress stays visible) and feeds each
+/// line to the collector. Non-UTF-8 output is shown lossily rather than aborting the run.
+fn echo_and_collect(stdout: impl io::Read, collector: &mut SummaryCollector) -> io::Result<()> {
+    let mut reader = BufReader::new(stdout);
+    let mut out = io::stdout();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            return Ok(());
+        }
+        out.write_all(&line)?;
+        out.flush()?;
+        collector.feed(&String::from_utf8_lossy(&line));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_when_a_search_limit_is_set() {
+        assert_eq!(refusal(&[]), None);
+        let one = refusal(&["LOOM_MAX_DURATION"]).unwrap();
+        assert!(
+            one.starts_with("refusing to run with LOOM_MAX_DURATION set"),
+            "{one}"
+        );
+        let both = refusal(&SEARCH_LIMITING_VARS).unwrap();
+        assert!(
+            both.contains("LOOM_MAX_DURATION and LOOM_MAX_PERMUTATIONS"),
+            "{both}"
+        );
+    }
+
+    #[test]
+    fn preemptions_come_from_flag_then_env_then_default() {
+        use Preemptions::{Bounded, Unbounded};
+        assert_eq!(resolve_preemptions(None, None), Ok(Bounded(2)));
+        assert_eq!(resolve_preemptions(None, Some("3")), Ok(Bounded(3)));
+        assert_eq!(resolve_preemptions(None, Some(" 4\n")), Ok(Bounded(4)));
+        assert_eq!(
+            resolve_preemptions(Some(Bounded(1)), Some("3")),
+            Ok(Bounded(1))
+        );
+        assert_eq!(resolve_preemptions(Some(Unbounded), None), Ok(Unbounded));
+        let UsageError(message) = resolve_preemptions(None, Some("lots")).unwrap_err();
+        assert!(message.starts_with("LOOM_MAX_PREEMPTIONS:"), "{message}");
+    }
+
+    #[test]
+    fn rustflags_gain_the_loom_cfg_once() {
+        assert_eq!(with_loom_cfg(None), "--cfg herd_loom");
+        assert_eq!(with_loom_cfg(Some("  ")), "--cfg herd_loom");
+        assert_eq!(
+            with_loom_cfg(Some("-C target-cpu=native")),
+            "-C target-cpu=native --cfg herd_loom"
+        );
+        assert_eq!(with_loom_cfg(Some("--cfg herd_loom")), "--cfg herd_loom");
+        assert_eq!(with_loom_cfg(Some("--cfg=herd_loom")), "--cfg=herd_loom");
+        assert_eq!(
+            with_loom_cfg(Some("--cfg loom")),
+            "--cfg loom --cfg herd_loom"
+        );
+    }
+
+    #[test]
+    fn encoded_rustflags_gain_the_loom_cfg_once() {
+        assert_eq!(with_loom_cfg_encoded(""), "--cfg\u{1f}herd_loom");
+        assert_eq!(
+            with_loom_cfg_encoded("-Copt-level=3"),
+            "-Copt-level=3\u{1f}--cfg\u{1f}herd_loom"
+        );
+        assert_eq!(
+            with_loom_cfg_encoded("--cfg\u{1f}herd_loom"),
+            "--cfg\u{1f}herd_loom"
+        );
+    }
+
+    #[test]
+    fn harness_gets_one_thread_per_core_unless_told() {
+        let mut args = LoomArgs {
+            crates: vec![],
+            preemptions: None,
+            harness_args: vec!["model".to_owned()],
+        };
+        assert_eq!(harness_args(&args, 2), ["model", "--test-threads=2"]);
+        assert_eq!(harness_args(&args, 0), ["model", "--test-threads=1"]);
+        args.harness_args.push("--test-threads=1".to_owned());
+        assert_eq!(harness_args(&args, 8), ["model", "--test-threads=1"]);
+    }
+}
