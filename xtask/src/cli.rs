@@ -12,6 +12,7 @@ cargo xtask: workspace automation (std only)
 
 USAGE:
     cargo xtask loom [CRATE...] [--preemptions N] [-- FILTER...]
+    cargo xtask loom --list
     cargo xtask help
 
 loom:
@@ -23,6 +24,8 @@ loom:
     failed, a named crate has no loom models, or a crate ran 0 models (only a warning when
     a FILTER is given).
 
+    --list            print the package names of the crates that have loom models, one a
+                      line, and run nothing (CI checks its loom matrix against this).
     --preemptions N   loom's preemption bound (default: $LOOM_MAX_PREEMPTIONS, else 2);
                       `unbounded` explores every interleaving (slow).
     -- FILTER...      passed to the libtest harness: a model-name filter, `--exact`,
@@ -74,6 +77,8 @@ pub(crate) struct LoomArgs {
     pub(crate) preemptions: Option<Preemptions>,
     /// Everything after `--`, passed verbatim to the libtest harness.
     pub(crate) harness_args: Vec<String>,
+    /// `--list`: print the crates that have models instead of running them.
+    pub(crate) list: bool,
 }
 
 impl LoomArgs {
@@ -124,6 +129,7 @@ fn parse_loom(mut args: impl Iterator<Item = String>) -> Result<Command, UsageEr
         crates: Vec::new(),
         preemptions: None,
         harness_args: Vec::new(),
+        list: false,
     };
     while let Some(arg) = args.next() {
         if arg == "--" {
@@ -132,6 +138,10 @@ fn parse_loom(mut args: impl Iterator<Item = String>) -> Result<Command, UsageEr
         }
         if arg == "-h" || arg == "--help" {
             return Ok(Command::Help);
+        }
+        if arg == "--list" {
+            parsed.list = true;
+            continue;
         }
         let preemption_value = if arg == "--preemptions" {
             Some(args.next().ok_or_else(|| {
@@ -217,7 +227,8 @@ mod tests {
             LoomArgs {
                 crates: vec![],
                 preemptions: None,
-                harness_args: vec![]
+                harness_args: vec![],
+                list: false,
             }
         );
     }
@@ -250,6 +261,12 @@ mod tests {
             loom(&["--preemptions", "unbounded"]).preemptions,
             Some(Preemptions::Unbounded)
         );
+    }
+
+    #[test]
+    fn list_flag() {
+        assert!(loom(&["--list"]).list);
+        assert!(!loom(&["--", "--list"]).list);
     }
 
     #[test]

@@ -29,9 +29,35 @@ const EXIT_USAGE: u8 = 2;
 
 /// Runs `cargo xtask loom` and returns the process exit status.
 pub(crate) fn run(args: &LoomArgs) -> ExitCode {
+    if args.list {
+        return list(args);
+    }
     match prepare(args) {
         Ok((cargo, root, crates, preemptions)) => {
             run_all(args, &cargo, &root, &crates, preemptions)
+        }
+        Err(message) => {
+            eprintln!("xtask loom: error: {message}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// `--list`: prints the selected crates' package names, one a line.
+fn list(args: &LoomArgs) -> ExitCode {
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let listed = workspace::locate_root(&cargo.to_string_lossy())
+        .and_then(|root| workspace::discover(&root))
+        .and_then(|all| {
+            workspace::select(&all, &args.crates)
+                .map(|selected| selected.iter().map(|c| c.name.clone()).collect::<Vec<_>>())
+        });
+    match listed {
+        Ok(names) => {
+            for name in names {
+                println!("{name}");
+            }
+            ExitCode::SUCCESS
         }
         Err(message) => {
             eprintln!("xtask loom: error: {message}");
@@ -343,6 +369,7 @@ mod tests {
             crates: vec![],
             preemptions: None,
             harness_args: vec!["model".to_owned()],
+            list: false,
         };
         assert_eq!(harness_args(&args, 2), ["model", "--test-threads=2"]);
         assert_eq!(harness_args(&args, 0), ["model", "--test-threads=1"]);
