@@ -1,0 +1,272 @@
+//! Hit-ratio simulator: replays the ARC traces and seeded zipf workloads through exact LRU (checked
+//! against the published figures), the sampled-LRU model, ttl-lru and the peers, and prints
+//! markdown tables with each policy's distance from exact LRU.
+//!
+//! `cargo run --release -p benches --bin hitratio -- [--trace NAME]... [--quick] [--no-peers]
+//! [--trace-dir DIR]` where NAME is one of OLTP, P2, P3, P6, P12, zipf0.8, zipf1.0, zipf1.2.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use benches::policy::{ExactLru, MokaSync, Policy, QuickCache, SampledLru, SimResult, simulate};
+use benches::trace::{ARC_TRACES, ArcTrace, TRACE_DIR_ENV, trace_dirs};
+use benches::zipf::Zipf;
+
+/// The published exact-LRU figures (ARC paper, Table IV and the P-trace table).
+const PUBLISHED: &[(&str, usize, f64)] = &[
+    ("OLTP", 1_000, 32.83),
+    ("OLTP", 2_000, 42.47),
+    ("OLTP", 5_000, 53.65),
+    ("OLTP", 10_000, 60.70),
+    ("OLTP", 15_000, 64.63),
+    ("P2", 32_768, 18.47),
+    ("P3", 32_768, 3.57),
+    ("P6", 32_768, 4.24),
+    ("P12", 32_768, 8.93),
+];
+
+const ZIPF_KEYS: u64 = 100_000;
+const ZIPF_SIZES: [usize; 2] = [1_000, 10_000];
+const ZIPF_SEED: u64 = 0x5EED;
+
+struct Options {
+    traces: Vec<String>,
+    quick: bool,
+    peers: bool,
+    trace_dirs: Vec<PathBuf>,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: hitratio [--trace NAME]... [--quick] [--no-peers] [--trace-dir DIR]\n\
+         NAME: OLTP P2 P3 P6 P12 zipf0.8 zipf1.0 zipf1.2 (default: all)\n\
+         --quick: OLTP and the zipf workloads at 500K requests only"
+    );
+    std::process::exit(2)
+}
+
+fn parse_args() -> Options {
+    let mut opts = Options {
+        traces: Vec::new(),
+        quick: false,
+        peers: true,
+        trace_dirs: trace_dirs(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--trace" => opts.traces.push(args.next().unwrap_or_else(|| usage())),
+            "--trace-dir" => {
+                let dir = args.next().unwrap_or_else(|| usage());
+                opts.trace_dirs.insert(0, PathBuf::from(dir));
+            }
+            "--quick" => opts.quick = true,
+            "--no-peers" => opts.peers = false,
+            "-h" | "--help" => usage(),
+            other => {
+                eprintln!("unknown argument {other:?}");
+                usage()
+            }
+        }
+    }
+    if opts.traces.is_empty() {
+        let all: &[&str] = if opts.quick {
+            &["OLTP", "zipf0.8", "zipf1.0", "zipf1.2"]
+        } else {
+            &[
+                "OLTP", "P2", "P3", "P6", "P12", "zipf0.8", "zipf1.0", "zipf1.2",
+            ]
+        };
+        opts.traces = all.iter().map(|s| (*s).to_owned()).collect();
+    }
+    opts
+}
+
+/// A named way to build a policy at a given capacity.
+struct Contender {
+    name: String,
+    build: Box<dyn Fn(usize) -> Box<dyn Policy>>,
+}
+
+fn contender(
+    name: impl Into<String>,
+    build: impl Fn(usize) -> Box<dyn Policy> + 'static,
+) -> Contender {
+    Contender {
+        name: name.into(),
+        build: Box::new(build),
+    }
+}
+
+fn contenders(peers: bool) -> Vec<Contender> {
+    let mut list = vec![contender("exact LRU", |c| Box::new(ExactLru::new(c)))];
+    for pool in [0usize, 16] {
+        for k in [1usize, 5, 10, 16] {
+            let label = if pool == 0 {
+                format!("model sampled k={k}")
+            } else {
+                format!("model sampled k={k} + pool {pool}")
+            };
+            list.push(contender(label, move |c| {
+                Box::new(SampledLru::new(c, k, pool, 42))
+            }));
+        }
+    }
+    if peers {
+        list.push(contender("moka (TinyLFU, default)", |c| {
+            Box::new(MokaSync::tiny_lfu(c as u64))
+        }));
+        list.push(contender("moka (EvictionPolicy::lru)", |c| {
+            Box::new(MokaSync::lru(c as u64))
+        }));
+        list.push(contender("quick_cache (CLOCK-Pro-like)", |c| {
+            Box::new(QuickCache::new(c))
+        }));
+    }
+    list
+}
+
+/// A workload: a name, the cache sizes to try and a way to replay it.
+struct Workload {
+    name: String,
+    sizes: Vec<usize>,
+    source: Source,
+    description: String,
+}
+
+/// Where a workload's keys come from.
+enum Source {
+    Trace(ArcTrace),
+    Keys(Vec<u64>),
+}
+
+impl Workload {
+    fn keys(&self) -> Box<dyn Iterator<Item = u64> + '_> {
+        match &self.source {
+            Source::Trace(t) => Box::new(t.keys()),
+            Source::Keys(k) => Box::new(k.iter().copied()),
+        }
+    }
+}
+
+fn load_workload(name: &str, quick: bool, dirs: &[PathBuf]) -> Result<Workload, String> {
+    if let Some(exponent) = name.strip_prefix("zipf") {
+        let s: f64 = exponent
+            .parse()
+            .map_err(|_| format!("bad zipf exponent in {name:?}"))?;
+        let zipf = Zipf::new(ZIPF_KEYS, s).map_err(|e| e.to_string())?;
+        let count = if quick { 500_000 } else { 2_000_000 };
+        let keys = zipf.keys(count, ZIPF_SEED);
+        return Ok(Workload {
+            name: name.to_owned(),
+            sizes: ZIPF_SIZES.to_vec(),
+            description: format!(
+                "zipf s={s} over {ZIPF_KEYS} keys, {count} requests, seed {ZIPF_SEED:#x}"
+            ),
+            source: Source::Keys(keys),
+        });
+    }
+    if !ARC_TRACES.contains(&name) {
+        return Err(format!("unknown trace {name:?}"));
+    }
+    let trace = ArcTrace::load_from(name, dirs).map_err(|e| e.to_string())?;
+    let sizes = if name == "OLTP" {
+        vec![1_000, 2_000, 5_000, 10_000, 15_000]
+    } else {
+        vec![32_768]
+    };
+    Ok(Workload {
+        name: name.to_owned(),
+        description: format!(
+            "ARC trace {name}: {} lines, {} requests",
+            trace.lines(),
+            trace.requests()
+        ),
+        sizes,
+        source: Source::Trace(trace),
+    })
+}
+
+fn main() {
+    let opts = parse_args();
+    let contenders = contenders(opts.peers);
+    let mut all_match = true;
+    for name in &opts.traces {
+        let workload = match load_workload(name, opts.quick, &opts.trace_dirs) {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("error: {e} (set {TRACE_DIR_ENV} or pass --trace-dir)");
+                std::process::exit(1);
+            }
+        };
+        let started = Instant::now();
+        let mut rows: Vec<(String, Vec<SimResult>)> = Vec::new();
+        for c in &contenders {
+            let results = workload
+                .sizes
+                .iter()
+                .map(|&size| simulate((c.build)(size).as_mut(), workload.keys()))
+                .collect();
+            rows.push((c.name.clone(), results));
+        }
+        all_match &= print_table(&workload, &rows);
+        println!("\n({} s)\n", started.elapsed().as_secs());
+    }
+    if !all_match {
+        eprintln!("exact LRU does NOT reproduce a published figure: the harness is wrong");
+        std::process::exit(1);
+    }
+}
+
+/// Prints one markdown table; returns false if exact LRU missed a published figure.
+fn print_table(workload: &Workload, rows: &[(String, Vec<SimResult>)]) -> bool {
+    println!("### {}\n\n{}\n", workload.name, workload.description);
+    print!("| policy |");
+    for size in &workload.sizes {
+        print!(" {size} |");
+    }
+    println!();
+    print!("|---|");
+    for _ in &workload.sizes {
+        print!("---:|");
+    }
+    println!();
+    let lru = &rows[0].1;
+    let mut ok = true;
+    let published: Vec<Option<f64>> = workload
+        .sizes
+        .iter()
+        .map(|&s| {
+            PUBLISHED
+                .iter()
+                .find(|(t, size, _)| *t == workload.name && *size == s)
+                .map(|p| p.2)
+        })
+        .collect();
+    if published.iter().any(Option::is_some) {
+        print!("| published LRU (ARC paper) |");
+        for p in &published {
+            match p {
+                Some(p) => print!(" {p:.2} |"),
+                None => print!(" |"),
+            }
+        }
+        println!();
+    }
+    for (name, results) in rows {
+        print!("| {name} |");
+        for (i, r) in results.iter().enumerate() {
+            let pct = r.percent();
+            if std::ptr::eq(results, lru) {
+                print!(" {pct:.2} |");
+                if let Some(p) = published[i] {
+                    ok &= ((pct * 100.0).round() / 100.0 - p).abs() < 1e-9;
+                }
+            } else {
+                print!(" {pct:.2} ({:+.2}) |", pct - lru[i].percent());
+            }
+        }
+        println!();
+    }
+    ok
+}
