@@ -4,23 +4,18 @@
 
 use crate::cli::{self, LoomArgs, Preemptions, UsageError};
 use crate::libtest::SummaryCollector;
+use crate::loom_env::{self, SEARCH_LIMITING_VARS};
 use crate::report::{self, CrateRun, Verdict};
 use crate::workspace::{self, WorkspaceCrate};
 use std::env;
 use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
-/// The workspace's own loom cfg (not bare `loom`, which would also switch tokio's internals).
-const LOOM_CFG: &str = "herd_loom";
-
 /// Target dir for loom builds, so the cfg change does not invalidate the normal build cache.
 const LOOM_TARGET_DIR: &str = "target/loom";
-
-/// Environment variables that make loom stop exploring early yet still report success.
-const SEARCH_LIMITING_VARS: [&str; 2] = ["LOOM_MAX_DURATION", "LOOM_MAX_PERMUTATIONS"];
 
 /// Exit status for a model failure.
 const EXIT_FAILED: u8 = 1;
@@ -33,9 +28,7 @@ pub(crate) fn run(args: &LoomArgs) -> ExitCode {
         return list(args);
     }
     match prepare(args) {
-        Ok((cargo, root, crates, preemptions)) => {
-            run_all(args, &cargo, &root, &crates, preemptions)
-        }
+        Ok(plan) => run_all(args, &plan),
         Err(message) => {
             eprintln!("xtask loom: error: {message}");
             ExitCode::from(EXIT_USAGE)
@@ -66,23 +59,28 @@ fn list(args: &LoomArgs) -> ExitCode {
     }
 }
 
-type Prepared = (
-    OsString,
-    std::path::PathBuf,
-    Vec<WorkspaceCrate>,
-    Preemptions,
-);
+/// Everything decided before the first build starts.
+struct Plan {
+    /// The cargo binary that ran us (`$CARGO`), so the same toolchain builds the models.
+    cargo: OsString,
+    /// The workspace root; `target/loom` is relative to it.
+    root: PathBuf,
+    /// The crates to run, in order.
+    crates: Vec<WorkspaceCrate>,
+    /// The resolved preemption bound.
+    preemptions: Preemptions,
+}
 
 /// Checks the environment and arguments and picks the crates, before anything is built.
-fn prepare(args: &LoomArgs) -> Result<Prepared, String> {
+fn prepare(args: &LoomArgs) -> Result<Plan, String> {
     let set: Vec<&str> = SEARCH_LIMITING_VARS
         .into_iter()
         .filter(|var| env::var_os(var).is_some())
         .collect();
-    if let Some(message) = refusal(&set) {
+    if let Some(message) = loom_env::refusal(&set) {
         return Err(message);
     }
-    let preemptions = resolve_preemptions(
+    let preemptions = loom_env::resolve_preemptions(
         args.preemptions,
         env::var("LOOM_MAX_PREEMPTIONS").ok().as_deref(),
     )
@@ -102,63 +100,12 @@ fn prepare(args: &LoomArgs) -> Result<Prepared, String> {
             workspace::LOOM_TESTS
         ));
     }
-    Ok((cargo, root, selected, preemptions))
-}
-
-/// The refusal message when any search-limiting variable is set, naming them.
-fn refusal(set_vars: &[&str]) -> Option<String> {
-    (!set_vars.is_empty()).then(|| {
-        format!(
-            "refusing to run with {} set: it ends loom's search early and still reports \
-             success, so a passing run would prove nothing. Unset it (lower --preemptions \
-             for a quicker, still exhaustive, bounded search).",
-            set_vars.join(" and ")
-        )
+    Ok(Plan {
+        cargo,
+        root,
+        crates: selected,
+        preemptions,
     })
-}
-
-/// The preemption bound: `--preemptions`, else `LOOM_MAX_PREEMPTIONS`, else the default.
-fn resolve_preemptions(
-    flag: Option<Preemptions>,
-    from_env: Option<&str>,
-) -> Result<Preemptions, UsageError> {
-    match (flag, from_env) {
-        (Some(preemptions), _) => Ok(preemptions),
-        (None, Some(value)) => cli::parse_preemptions(value.trim())
-            .map_err(|UsageError(msg)| UsageError(format!("LOOM_MAX_PREEMPTIONS: {msg}"))),
-        (None, None) => Ok(Preemptions::Bounded(cli::DEFAULT_PREEMPTIONS)),
-    }
-}
-
-/// Adds `--cfg herd_loom` to space-separated `RUSTFLAGS`, keeping what the user set.
-fn with_loom_cfg(existing: Option<&str>) -> String {
-    let existing = existing.unwrap_or("").trim();
-    let has_cfg = existing
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .windows(2)
-        .any(|pair| pair == ["--cfg", LOOM_CFG])
-        || existing
-            .split_whitespace()
-            .any(|flag| flag == format!("--cfg={LOOM_CFG}"));
-    match (existing.is_empty(), has_cfg) {
-        (true, _) => format!("--cfg {LOOM_CFG}"),
-        (false, true) => existing.to_owned(),
-        (false, false) => format!("{existing} --cfg {LOOM_CFG}"),
-    }
-}
-
-/// Adds `--cfg herd_loom` to `CARGO_ENCODED_RUSTFLAGS` (flags separated by 0x1f), which cargo
-/// prefers over `RUSTFLAGS` whenever it is set, even empty.
-fn with_loom_cfg_encoded(existing: &str) -> String {
-    let flags: Vec<&str> = existing.split('\u{1f}').filter(|f| !f.is_empty()).collect();
-    if flags.windows(2).any(|pair| pair == ["--cfg", LOOM_CFG]) {
-        return existing.to_owned();
-    }
-    let mut flags: Vec<String> = flags.into_iter().map(str::to_owned).collect();
-    flags.push("--cfg".to_owned());
-    flags.push(LOOM_CFG.to_owned());
-    flags.join("\u{1f}")
 }
 
 /// The libtest arguments: the user's, plus a thread count unless they chose one. Loom models are
@@ -171,13 +118,9 @@ fn harness_args(args: &LoomArgs, cores: usize) -> Vec<String> {
     harness
 }
 
-fn run_all(
-    args: &LoomArgs,
-    cargo: &OsString,
-    root: &Path,
-    crates: &[WorkspaceCrate],
-    preemptions: Preemptions,
-) -> ExitCode {
+/// Runs every planned crate, then prints the summary; the exit status reflects every crate.
+fn run_all(args: &LoomArgs, plan: &Plan) -> ExitCode {
+    let preemptions = plan.preemptions;
     match preemptions {
         Preemptions::Bounded(n) if n < cli::DEFAULT_PREEMPTIONS => eprintln!(
             "xtask loom: warning: LOOM_MAX_PREEMPTIONS={n} is below the bound of {} the \
@@ -190,14 +133,15 @@ fn run_all(
     let harness = harness_args(args, cores);
     let filtered = args.is_filtered();
 
-    let mut runs = Vec::with_capacity(crates.len());
+    let mut runs = Vec::with_capacity(plan.crates.len());
     let mut failed_models: Vec<(String, Vec<String>)> = Vec::new();
-    for krate in crates {
+    for krate in &plan.crates {
         eprintln!(
             "\n==> loom: {} (LOOM_MAX_PREEMPTIONS={preemptions}, release, {LOOM_TARGET_DIR})",
             krate.name
         );
-        let (run, collector) = run_crate(cargo, root, &krate.name, &harness, preemptions);
+        let (run, collector) =
+            run_crate(&plan.cargo, &plan.root, &krate.name, &harness, preemptions);
         if !collector.failed_tests().is_empty() {
             failed_models.push((krate.name.clone(), collector.failed_tests().to_vec()));
         }
@@ -246,10 +190,13 @@ fn run_crate(
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
     match env::var("CARGO_ENCODED_RUSTFLAGS") {
-        Ok(encoded) => command.env("CARGO_ENCODED_RUSTFLAGS", with_loom_cfg_encoded(&encoded)),
+        Ok(encoded) => command.env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            loom_env::with_loom_cfg_encoded(&encoded),
+        ),
         Err(_) => command.env(
             "RUSTFLAGS",
-            with_loom_cfg(env::var("RUSTFLAGS").ok().as_deref()),
+            loom_env::with_loom_cfg(env::var("RUSTFLAGS").ok().as_deref()),
         ),
     };
     match preemptions {
@@ -303,65 +250,6 @@ fn echo_and_collect(stdout: impl io::Read, collector: &mut SummaryCollector) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn refuses_when_a_search_limit_is_set() {
-        assert_eq!(refusal(&[]), None);
-        let one = refusal(&["LOOM_MAX_DURATION"]).unwrap();
-        assert!(
-            one.starts_with("refusing to run with LOOM_MAX_DURATION set"),
-            "{one}"
-        );
-        let both = refusal(&SEARCH_LIMITING_VARS).unwrap();
-        assert!(
-            both.contains("LOOM_MAX_DURATION and LOOM_MAX_PERMUTATIONS"),
-            "{both}"
-        );
-    }
-
-    #[test]
-    fn preemptions_come_from_flag_then_env_then_default() {
-        use Preemptions::{Bounded, Unbounded};
-        assert_eq!(resolve_preemptions(None, None), Ok(Bounded(2)));
-        assert_eq!(resolve_preemptions(None, Some("3")), Ok(Bounded(3)));
-        assert_eq!(resolve_preemptions(None, Some(" 4\n")), Ok(Bounded(4)));
-        assert_eq!(
-            resolve_preemptions(Some(Bounded(1)), Some("3")),
-            Ok(Bounded(1))
-        );
-        assert_eq!(resolve_preemptions(Some(Unbounded), None), Ok(Unbounded));
-        let UsageError(message) = resolve_preemptions(None, Some("lots")).unwrap_err();
-        assert!(message.starts_with("LOOM_MAX_PREEMPTIONS:"), "{message}");
-    }
-
-    #[test]
-    fn rustflags_gain_the_loom_cfg_once() {
-        assert_eq!(with_loom_cfg(None), "--cfg herd_loom");
-        assert_eq!(with_loom_cfg(Some("  ")), "--cfg herd_loom");
-        assert_eq!(
-            with_loom_cfg(Some("-C target-cpu=native")),
-            "-C target-cpu=native --cfg herd_loom"
-        );
-        assert_eq!(with_loom_cfg(Some("--cfg herd_loom")), "--cfg herd_loom");
-        assert_eq!(with_loom_cfg(Some("--cfg=herd_loom")), "--cfg=herd_loom");
-        assert_eq!(
-            with_loom_cfg(Some("--cfg loom")),
-            "--cfg loom --cfg herd_loom"
-        );
-    }
-
-    #[test]
-    fn encoded_rustflags_gain_the_loom_cfg_once() {
-        assert_eq!(with_loom_cfg_encoded(""), "--cfg\u{1f}herd_loom");
-        assert_eq!(
-            with_loom_cfg_encoded("-Copt-level=3"),
-            "-Copt-level=3\u{1f}--cfg\u{1f}herd_loom"
-        );
-        assert_eq!(
-            with_loom_cfg_encoded("--cfg\u{1f}herd_loom"),
-            "--cfg\u{1f}herd_loom"
-        );
-    }
 
     #[test]
     fn harness_gets_one_thread_per_core_unless_told() {

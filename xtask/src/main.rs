@@ -4,6 +4,7 @@
 mod cli;
 mod libtest;
 mod loom;
+mod loom_env;
 mod report;
 mod workspace;
 
