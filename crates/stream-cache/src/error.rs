@@ -1,0 +1,116 @@
+//! Typed errors for readers, writers, storage backends and the `StreamCache` front.
+//!
+//! Every failure a caller can see has a variant here; nothing is reported by panicking, hanging
+//! or ending a body early.
+
+use std::sync::Arc;
+
+use crate::state::AbortReason;
+
+/// Why a body read (or seek) failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum BodyError {
+    /// The write this reader is bound to was aborted; every written byte has been read.
+    /// Returned by this and every later read.
+    #[error("the body write was aborted: {0}")]
+    Aborted(AbortReason),
+    /// The requested range lies (partly) past the end of the completed body.
+    #[error("range {start}..{} is not satisfiable for a body of {len} bytes", end.map_or_else(String::new, |e| e.to_string()))]
+    RangeNotSatisfiable {
+        /// First requested byte.
+        start: u64,
+        /// One past the last requested byte, if bounded.
+        end: Option<u64>,
+        /// The completed body's length.
+        len: u64,
+    },
+    /// The range ends before it starts.
+    #[error("invalid range {start}..{end}")]
+    InvalidRange {
+        /// First requested byte.
+        start: u64,
+        /// One past the last requested byte.
+        end: u64,
+    },
+    /// No progress arrived within the reader wait timeout. The reader stays usable.
+    #[error("timed out waiting for body data")]
+    WaitTimedOut,
+    /// The backend does not support this operation (see [`crate::Capabilities`]).
+    #[error("unsupported: {0}")]
+    Unsupported(&'static str),
+    /// Reading stored bytes failed.
+    #[error("read failed: {0}")]
+    Io(Arc<std::io::Error>),
+}
+
+/// Why a `BodyWriter` call failed. A failed write is always an aborted write.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// The write is aborted (by this call or earlier); readers see the same reason.
+    #[error("the body write is aborted: {0}")]
+    Aborted(AbortReason),
+}
+
+impl WriteError {
+    /// The abort reason behind this error.
+    pub fn reason(&self) -> &AbortReason {
+        match self {
+            WriteError::Aborted(reason) => reason,
+        }
+    }
+}
+
+/// Why a `Storage` operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// I/O failed.
+    #[error("storage I/O failed: {0}")]
+    Io(Arc<std::io::Error>),
+    /// The declared body length exceeds what this storage accepts.
+    #[error("declared length {declared} exceeds the object size limit of {limit} bytes")]
+    TooLarge {
+        /// The storage's per-object limit.
+        limit: u64,
+        /// The length declared in the meta.
+        declared: u64,
+    },
+    /// The backend does not support this operation.
+    #[error("unsupported: {0}")]
+    Unsupported(&'static str),
+    /// A backend-specific failure.
+    #[error("backend failed: {0}")]
+    Backend(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+impl From<std::io::Error> for StorageError {
+    fn from(error: std::io::Error) -> Self {
+        StorageError::Io(Arc::new(error))
+    }
+}
+
+/// Why `StreamCache::get_or_fill` could not hand out a body reader.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum FillError {
+    /// The fill failed before it published meta (shared with the callers waiting on it).
+    #[error("upstream failed before the body started: {0}")]
+    Upstream(Arc<dyn std::error::Error + Send + Sync>),
+    /// The storage backend failed.
+    #[error(transparent)]
+    Storage(StorageError),
+    /// The fill did not publish meta within the fill timeout.
+    #[error("the fill timed out before the body started")]
+    TimedOut,
+    /// This caller waited longer than the coalescing wait timeout.
+    #[error("timed out waiting for another caller's fill")]
+    WaitTimedOut,
+    /// The fill ended without a result and this caller could not take it over.
+    #[error("the fill was abandoned")]
+    Abandoned,
+    /// The object kept vanishing between publication and lookup (purged repeatedly).
+    #[error("the object vanished before it could be read")]
+    Vanished,
+}

@@ -1,0 +1,52 @@
+//! Cache bodies that readers stream while they are still being written, with an explicit
+//! aborted state so a truncated body can never look complete.
+//!
+//! Core types:
+//! - [`Storage`] (with [`BodyWriter`] and [`BodyReader`]): the backend contract. Two backends
+//!   ship: [`MemStorage`] and [`DiskStorage`].
+//! - [`WriteState`] / [`AbortReason`]: a write is `Partial(n)` until it is `Complete(n)` or
+//!   `Aborted(reason)`; terminal states never change. A reader's `Ok(None)` means one thing
+//!   only: the write finished successfully and every byte was read.
+//!
+//! ```
+//! use bytes::Bytes;
+//! use stream_cache::{BodyError, MemStorage, ObjectMeta, Storage, AbortReason, WriteState};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let storage = MemStorage::new(1 << 20);
+//! let key = "video/1".into();
+//! let mut writer = storage.begin_write(&key, ObjectMeta::new("type=mp4")).await?;
+//! writer.write(Bytes::from_static(b"hello ")).await?;
+//!
+//! // A reader attaches while the body is still being written.
+//! let mut hit = storage.lookup(&key).await?.expect("partial body is visible");
+//! assert_eq!(hit.body.read().await?, Some(Bytes::from_static(b"hello ")));
+//!
+//! // The writer goes away without `finish`: the reader sees an error, never a clean end.
+//! drop(writer);
+//! assert!(matches!(hit.body.read().await, Err(BodyError::Aborted(AbortReason::WriterDropped))));
+//! assert!(storage.lookup(&key).await?.is_none());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+mod cell;
+mod disk;
+mod error;
+mod mem;
+mod state;
+mod sync;
+mod traits;
+
+#[cfg(herd_loom)]
+#[doc(hidden)]
+pub mod loom_support;
+
+pub use disk::DiskStorage;
+pub use error::{BodyError, FillError, StorageError, WriteError};
+pub use mem::MemStorage;
+pub use state::{AbortKind, AbortReason, WriteState};
+pub use traits::{
+    BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities, Hit, ObjectMeta,
+    Storage, read_to_end,
+};

@@ -1,0 +1,376 @@
+//! `MemStorage`: an in-memory backend bounded in bytes, with readers attached while a body is
+//! written.
+//!
+//! Each write owns one partial-body cell that keeps the chunks as `Bytes`; readers share them (no
+//! copy per reader, no whole-body copy at finish). The index maps a key to its *current* write
+//! only, tagged with a write id, so a superseded writer can never touch the newer entry.
+//! Eviction is a CLOCK sweep over complete objects only: an in-progress body is never evicted
+//! from under its readers.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::Context;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::RwLock;
+
+use crate::cell::{BodyCell, CellLimits, Cursor};
+use crate::error::{BodyError, StorageError, WriteError};
+use crate::state::{AbortReason, WriteState};
+use crate::traits::{
+    BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities, Hit, ObjectMeta, Storage,
+};
+
+/// In-memory storage holding at most `capacity` bytes of complete objects (plus the bytes of
+/// writes still in progress, which are never evicted).
+///
+/// Accounting: the bytes of the key's current write are charged as they arrive and released when
+/// the object is evicted, purged, replaced or aborted. Bytes still referenced by readers of a
+/// removed object stay alive until those readers are dropped; they are not charged.
+#[derive(Clone, Debug)]
+pub struct MemStorage {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    index: RwLock<Index>,
+    next_id: AtomicU64,
+    capacity: u64,
+    max_object_size: u64,
+}
+
+#[derive(Debug, Default)]
+struct Index {
+    map: HashMap<CacheKey, Entry>,
+    /// CLOCK order of complete objects, as (key, write id); stale records are skipped.
+    clock: VecDeque<(CacheKey, u64)>,
+    used: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    object: Arc<MemObject>,
+    charged: u64,
+    complete: bool,
+}
+
+#[derive(Debug)]
+struct MemObject {
+    meta: ObjectMeta,
+    cell: Arc<BodyCell>,
+    referenced: AtomicBool,
+}
+
+impl MemStorage {
+    /// Storage bounded to `capacity` bytes; one object may use all of it.
+    pub fn new(capacity: u64) -> Self {
+        Self::with_max_object_size(capacity, capacity)
+    }
+
+    /// Storage bounded to `capacity` bytes, each object to `max_object_size` bytes.
+    pub fn with_max_object_size(capacity: u64, max_object_size: u64) -> Self {
+        MemStorage {
+            shared: Arc::new(Shared {
+                index: RwLock::new(Index::default()),
+                next_id: AtomicU64::new(1),
+                capacity,
+                max_object_size: max_object_size.min(capacity),
+            }),
+        }
+    }
+
+    /// Bytes currently charged (complete objects plus current in-progress writes).
+    pub fn used_bytes(&self) -> u64 {
+        self.shared.index.read().used
+    }
+
+    /// Number of keys with a current object (complete or in progress).
+    pub fn len(&self) -> usize {
+        self.shared.index.read().map.len()
+    }
+
+    /// True when no key has an object.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Index {
+    fn remove(&mut self, key: &CacheKey) -> Option<Entry> {
+        let entry = self.map.remove(key)?;
+        self.used -= entry.charged;
+        Some(entry)
+    }
+
+    fn remove_if_current(&mut self, key: &CacheKey, id: u64) -> Option<Entry> {
+        match self.map.get(key) {
+            Some(entry) if entry.id == id => self.remove(key),
+            _ => None,
+        }
+    }
+
+    /// Evict complete objects (CLOCK) until within capacity or none is left to evict.
+    fn evict(&mut self, capacity: u64) {
+        while self.used > capacity {
+            let Some((key, id)) = self.clock.pop_front() else {
+                return;
+            };
+            let Some(entry) = self.map.get(&key) else {
+                continue;
+            };
+            if entry.id != id || !entry.complete {
+                continue;
+            }
+            if entry.object.referenced.swap(false, Ordering::Relaxed) {
+                self.clock.push_back((key, id));
+                continue;
+            }
+            self.remove(&key);
+        }
+    }
+}
+
+impl Shared {
+    /// Abort a write and drop it from the index, in that order, under the index lock.
+    fn abort_write(&self, key: &CacheKey, id: u64, cell: &BodyCell, reason: AbortReason) {
+        let mut index = self.index.write();
+        cell.abort(reason);
+        index.remove_if_current(key, id);
+    }
+}
+
+#[async_trait]
+impl Storage for MemStorage {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .with_partial_reads(true)
+            .with_range_reads(true)
+            .with_max_object_size(Some(self.shared.max_object_size))
+    }
+
+    /// Cancel safety: no await; the lookup happens entirely in the first poll.
+    async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError> {
+        let object = {
+            let index = self.shared.index.read();
+            let Some(entry) = index.map.get(key) else {
+                return Ok(None);
+            };
+            Arc::clone(&entry.object)
+        };
+        // An entry whose write was just aborted by a limit may still be indexed for a moment;
+        // it is already marked aborted, so it is treated as a miss.
+        if matches!(object.cell.state(), WriteState::Aborted(_)) {
+            return Ok(None);
+        }
+        if !object.referenced.load(Ordering::Relaxed) {
+            object.referenced.store(true, Ordering::Relaxed);
+        }
+        Ok(Some(Hit {
+            meta: object.meta.clone(),
+            body: Box::new(MemReader {
+                cursor: object.cell.cursor(),
+            }),
+        }))
+    }
+
+    /// Cancel safety: no await; the write begins entirely in the first poll.
+    async fn begin_write(
+        &self,
+        key: &CacheKey,
+        meta: ObjectMeta,
+    ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        let limit = self.shared.max_object_size;
+        if let Some(declared) = meta.expected_len
+            && declared > limit
+        {
+            return Err(StorageError::TooLarge { limit, declared });
+        }
+        let cell = BodyCell::new(
+            true,
+            CellLimits {
+                expected_len: meta.expected_len,
+                max_len: Some(limit),
+            },
+        );
+        let object = Arc::new(MemObject {
+            meta,
+            cell,
+            referenced: AtomicBool::new(false),
+        });
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut index = self.shared.index.write();
+            index.remove(key);
+            index.map.insert(
+                key.clone(),
+                Entry {
+                    id,
+                    object: Arc::clone(&object),
+                    charged: 0,
+                    complete: false,
+                },
+            );
+        }
+        Ok(Box::new(MemWriter {
+            shared: Arc::clone(&self.shared),
+            key: key.clone(),
+            id,
+            object,
+            done: false,
+        }))
+    }
+
+    /// Cancel safety: no await; the purge happens entirely in the first poll.
+    async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
+        let mut index = self.shared.index.write();
+        let Some(entry) = index.remove(key) else {
+            return Ok(false);
+        };
+        entry.object.cell.abort(AbortReason::Purged);
+        Ok(true)
+    }
+}
+
+/// Writer for one `MemStorage` object.
+#[derive(Debug)]
+struct MemWriter {
+    shared: Arc<Shared>,
+    key: CacheKey,
+    id: u64,
+    object: Arc<MemObject>,
+    /// Set once the write reached a terminal state through this writer.
+    done: bool,
+}
+
+#[async_trait]
+impl BodyWriter for MemWriter {
+    async fn write(&mut self, chunk: Bytes) -> Result<(), WriteError> {
+        let n = chunk.len() as u64;
+        match self.object.cell.append(chunk) {
+            Ok(_) => {
+                let mut index = self.shared.index.write();
+                if let Some(entry) = index.map.get_mut(&self.key)
+                    && entry.id == self.id
+                {
+                    entry.charged += n;
+                    index.used += n;
+                    index.evict(self.shared.capacity);
+                }
+                Ok(())
+            }
+            Err(reason) => {
+                // The cell is aborted already (limit, purge, ...): make sure it is unindexed.
+                self.shared
+                    .index
+                    .write()
+                    .remove_if_current(&self.key, self.id);
+                self.done = true;
+                Err(WriteError::Aborted(reason))
+            }
+        }
+    }
+
+    async fn finish(mut self: Box<Self>) -> Result<u64, WriteError> {
+        self.done = true;
+        let mut index = self.shared.index.write();
+        match self.object.cell.complete() {
+            Ok(len) => {
+                if let Some(entry) = index.map.get_mut(&self.key)
+                    && entry.id == self.id
+                {
+                    entry.complete = true;
+                    index.clock.push_back((self.key.clone(), self.id));
+                    index.evict(self.shared.capacity);
+                }
+                Ok(len)
+            }
+            Err(reason) => {
+                index.remove_if_current(&self.key, self.id);
+                Err(WriteError::Aborted(reason))
+            }
+        }
+    }
+
+    fn abort(mut self: Box<Self>, reason: AbortReason) {
+        self.done = true;
+        self.shared
+            .abort_write(&self.key, self.id, &self.object.cell, reason);
+    }
+
+    fn state(&self) -> WriteState {
+        self.object.cell.state()
+    }
+
+    fn source(&self) -> Option<Arc<dyn BodySource>> {
+        Some(Arc::new(MemSource {
+            object: Arc::clone(&self.object),
+        }))
+    }
+}
+
+impl Drop for MemWriter {
+    fn drop(&mut self) {
+        if !self.done {
+            self.shared.abort_write(
+                &self.key,
+                self.id,
+                &self.object.cell,
+                AbortReason::WriterDropped,
+            );
+        }
+    }
+}
+
+/// Opens readers bound to one `MemStorage` write.
+#[derive(Debug)]
+struct MemSource {
+    object: Arc<MemObject>,
+}
+
+impl BodySource for MemSource {
+    fn open(&self) -> Box<dyn BodyReader> {
+        Box::new(MemReader {
+            cursor: self.object.cell.cursor(),
+        })
+    }
+
+    fn state(&self) -> WriteState {
+        self.object.cell.state()
+    }
+
+    fn reader_count(&self) -> Option<usize> {
+        Some(self.object.cell.reader_count())
+    }
+}
+
+/// Reader over retained chunks: returns shared slices of the writer's `Bytes`.
+#[derive(Debug)]
+pub(crate) struct MemReader {
+    pub(crate) cursor: Cursor,
+}
+
+#[async_trait]
+impl BodyReader for MemReader {
+    async fn read(&mut self) -> Result<Option<Bytes>, BodyError> {
+        std::future::poll_fn(|cx: &mut Context<'_>| self.cursor.poll_next_chunk(cx)).await
+    }
+
+    async fn seek(&mut self, range: ByteRange) -> Result<(), BodyError> {
+        std::future::poll_fn(|cx: &mut Context<'_>| {
+            self.cursor.poll_seek(range.start, range.end, cx)
+        })
+        .await
+    }
+
+    fn state(&self) -> WriteState {
+        self.cursor.state()
+    }
+
+    fn position(&self) -> u64 {
+        self.cursor.position()
+    }
+}

@@ -1,0 +1,320 @@
+//! The storage contract: `Storage`, `BodyWriter`, `BodyReader`, `BodySource` and the plain data
+//! types they exchange (`CacheKey`, `ObjectMeta`, `ByteRange`, `Capabilities`, `Hit`).
+//!
+//! These are the traits a backend author implements and the `conformance` suite tests, so every
+//! rule a backend must keep is written on the method it applies to.
+
+use std::fmt;
+use std::ops::{Range, RangeFrom, RangeFull};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::error::{BodyError, StorageError, WriteError};
+use crate::state::{AbortReason, WriteState};
+
+/// A cache key: arbitrary bytes, cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CacheKey(Bytes);
+
+impl CacheKey {
+    /// The key's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for CacheKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match std::str::from_utf8(&self.0) {
+            Ok(text) => write!(f, "CacheKey({text:?})"),
+            Err(_) => write!(f, "CacheKey({:?})", self.0),
+        }
+    }
+}
+
+impl From<&str> for CacheKey {
+    fn from(key: &str) -> Self {
+        CacheKey(Bytes::copy_from_slice(key.as_bytes()))
+    }
+}
+
+impl From<String> for CacheKey {
+    fn from(key: String) -> Self {
+        CacheKey(Bytes::from(key))
+    }
+}
+
+impl From<&[u8]> for CacheKey {
+    fn from(key: &[u8]) -> Self {
+        CacheKey(Bytes::copy_from_slice(key))
+    }
+}
+
+impl From<Vec<u8>> for CacheKey {
+    fn from(key: Vec<u8>) -> Self {
+        CacheKey(Bytes::from(key))
+    }
+}
+
+impl From<Bytes> for CacheKey {
+    fn from(key: Bytes) -> Self {
+        CacheKey(key)
+    }
+}
+
+/// What is stored beside a body: an optional declared length (checked at `finish`) and opaque
+/// user bytes (headers, a content type...), returned unchanged by `lookup`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// The declared body length. Writing more, or finishing with fewer, aborts the write with
+    /// `LengthMismatch`.
+    pub expected_len: Option<u64>,
+    /// Opaque user metadata.
+    pub user: Bytes,
+}
+
+impl ObjectMeta {
+    /// Meta with user bytes and no declared length.
+    pub fn new(user: impl Into<Bytes>) -> Self {
+        ObjectMeta {
+            expected_len: None,
+            user: user.into(),
+        }
+    }
+
+    /// Declare the body length.
+    pub fn with_len(mut self, len: u64) -> Self {
+        self.expected_len = Some(len);
+        self
+    }
+}
+
+/// A byte range of a body: `start..end`, end exclusive, `None` meaning "to the end".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRange {
+    /// First byte.
+    pub start: u64,
+    /// One past the last byte, or `None` for the rest of the body.
+    pub end: Option<u64>,
+}
+
+impl ByteRange {
+    /// `start..end` (`end = None` reads to the end of the body).
+    pub fn new(start: u64, end: Option<u64>) -> Self {
+        ByteRange { start, end }
+    }
+}
+
+impl From<Range<u64>> for ByteRange {
+    fn from(range: Range<u64>) -> Self {
+        ByteRange::new(range.start, Some(range.end))
+    }
+}
+
+impl From<RangeFrom<u64>> for ByteRange {
+    fn from(range: RangeFrom<u64>) -> Self {
+        ByteRange::new(range.start, None)
+    }
+}
+
+impl From<RangeFull> for ByteRange {
+    fn from(_: RangeFull) -> Self {
+        ByteRange::new(0, None)
+    }
+}
+
+/// What a backend supports. Conformance cases that need a missing capability are skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// `lookup` returns in-progress bodies and `BodyWriter::source` returns `Some`: readers may
+    /// attach before `finish`.
+    pub partial_reads: bool,
+    /// `BodyReader::seek` works (on partial bodies too, if `partial_reads`).
+    pub range_reads: bool,
+    /// The largest body the backend accepts; larger writes abort with `TooLarge`.
+    pub max_object_size: Option<u64>,
+    /// Complete objects survive a restart of the backend.
+    pub persistent: bool,
+}
+
+impl Capabilities {
+    /// Nothing optional supported.
+    pub const fn none() -> Self {
+        Capabilities {
+            partial_reads: false,
+            range_reads: false,
+            max_object_size: None,
+            persistent: false,
+        }
+    }
+
+    /// Set `partial_reads`.
+    pub const fn with_partial_reads(mut self, yes: bool) -> Self {
+        self.partial_reads = yes;
+        self
+    }
+
+    /// Set `range_reads`.
+    pub const fn with_range_reads(mut self, yes: bool) -> Self {
+        self.range_reads = yes;
+        self
+    }
+
+    /// Set `max_object_size`.
+    pub const fn with_max_object_size(mut self, limit: Option<u64>) -> Self {
+        self.max_object_size = limit;
+        self
+    }
+
+    /// Set `persistent`.
+    pub const fn with_persistent(mut self, yes: bool) -> Self {
+        self.persistent = yes;
+        self
+    }
+}
+
+/// A found object: its meta and a reader bound to the write that produced (or is producing) it.
+pub struct Hit {
+    /// The meta given to `begin_write`.
+    pub meta: ObjectMeta,
+    /// A reader positioned at offset 0.
+    pub body: Box<dyn BodyReader>,
+}
+
+impl fmt::Debug for Hit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hit")
+            .field("meta", &self.meta)
+            .field("state", &self.body.state())
+            .finish()
+    }
+}
+
+/// A storage backend for streamed bodies.
+///
+/// Contract (tested by the `conformance` crate):
+/// - A key maps to at most one *current* write. `begin_write` replaces whatever the key held
+///   (complete or in progress): later lookups see the new write; readers already attached to an
+///   older write stay bound to it and see exactly its bytes, ending however it ends.
+/// - `lookup` never returns an aborted write, and never returns a write that was superseded.
+///   With `partial_reads` it returns in-progress writes; without, only complete ones.
+/// - An aborted write (explicit `abort`, writer dropped, limit, length mismatch, purge) is marked
+///   aborted *before* it stops being visible to `lookup`, so no reader can attach to it and see a
+///   clean end.
+#[async_trait]
+pub trait Storage: Send + Sync + 'static {
+    /// What this backend supports.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Find the current object for `key`.
+    ///
+    /// Cancel safety: dropping the future leaves the storage unchanged.
+    async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError>;
+
+    /// Start writing a new object for `key`, replacing the current one (see the trait docs).
+    /// Fails with `StorageError::TooLarge` if `meta.expected_len` exceeds the object size limit.
+    ///
+    /// Cancel safety: dropping the future leaves no visible object and no leftover resources.
+    async fn begin_write(
+        &self,
+        key: &CacheKey,
+        meta: ObjectMeta,
+    ) -> Result<Box<dyn BodyWriter>, StorageError>;
+
+    /// Remove `key`. An in-progress write is aborted with `Purged` (its readers get every byte
+    /// written, then that error); readers of a complete object may finish reading it. Returns
+    /// whether anything was removed.
+    ///
+    /// Cancel safety: dropping the future may leave the purge half done (the write aborted but
+    /// the complete object still present); calling `purge` again completes it.
+    async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError>;
+}
+
+/// The writing half of one object.
+///
+/// Dropping a writer without `finish` aborts the write with `WriterDropped`, synchronously in
+/// `Drop`, before the object stops being visible to `lookup`.
+#[async_trait]
+pub trait BodyWriter: Send {
+    /// Append a chunk. Exceeding a size limit or the declared length aborts the write. Fails with
+    /// the abort reason once the write is aborted (for instance by a purge).
+    ///
+    /// Cancel safety: backend-specific; a backend that cannot tell how much of a cancelled write
+    /// was stored must abort the write with `Cancelled` (`DiskStorage` does; `MemStorage` writes
+    /// are atomic and never await).
+    async fn write(&mut self, chunk: Bytes) -> Result<(), WriteError>;
+
+    /// Complete the object: checks the declared length (a mismatch aborts with
+    /// `LengthMismatch`), makes it the key's complete object (unless superseded), and returns its
+    /// length. Readers then reach `Ok(None)` after the last byte.
+    ///
+    /// Cancel safety: dropping the future drops the writer, which aborts the write unless the
+    /// completion was already applied.
+    async fn finish(self: Box<Self>) -> Result<u64, WriteError>;
+
+    /// Abort the write with `reason`; readers get every written byte, then `Err(Aborted(reason))`.
+    /// Applied synchronously. A write that is already terminal keeps its state.
+    fn abort(self: Box<Self>, reason: AbortReason);
+
+    /// The state of this write.
+    fn state(&self) -> WriteState;
+
+    /// A handle that opens readers bound to this write, for callers that must attach to this
+    /// exact write rather than whatever `lookup` returns later. `None` when the backend does not
+    /// support partial reads.
+    fn source(&self) -> Option<Arc<dyn BodySource>>;
+}
+
+/// Opens readers bound to one write (see [`BodyWriter::source`]).
+pub trait BodySource: Send + Sync {
+    /// A new reader at offset 0 of this write.
+    fn open(&self) -> Box<dyn BodyReader>;
+
+    /// The state of this write.
+    fn state(&self) -> WriteState;
+
+    /// How many readers are attached to this write, if the backend tracks it.
+    fn reader_count(&self) -> Option<usize>;
+}
+
+/// The reading half: one reader, bound to one write.
+#[async_trait]
+pub trait BodyReader: Send {
+    /// The next chunk. `Ok(None)` means one thing only: the write finished successfully and every
+    /// byte (of the range, after a `seek`) was read. While the write is in progress this waits for
+    /// more bytes. After an abort it returns every written byte, then `Err(Aborted(reason))` on
+    /// this and every later call.
+    ///
+    /// Cancel safety: dropping the future loses nothing; the next call returns the same bytes.
+    async fn read(&mut self) -> Result<Option<Bytes>, BodyError>;
+
+    /// Restrict later reads to `range`. Waits until `range.start` is written or the write is
+    /// terminal. A start or end past a completed length is `RangeNotSatisfiable`; an end before
+    /// the start is `InvalidRange`. On a partial body an end past what is finally written is
+    /// reported when the write completes. `Unsupported` without the `range_reads` capability.
+    ///
+    /// Cancel safety: dropping the future leaves the position unchanged.
+    async fn seek(&mut self, range: ByteRange) -> Result<(), BodyError>;
+
+    /// The state of the write this reader is bound to.
+    fn state(&self) -> WriteState;
+
+    /// The body offset of the next byte `read` returns.
+    fn position(&self) -> u64;
+}
+
+/// Read a body to its end. Returns the bytes, or the error that ended it (after an abort, the
+/// error comes after the bytes written so far, which are discarded here).
+///
+/// Cancel safety: dropping the future drops the bytes read so far; the reader's position has
+/// moved past them.
+pub async fn read_to_end(reader: &mut dyn BodyReader) -> Result<Vec<u8>, BodyError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = reader.read().await? {
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}

@@ -1,0 +1,112 @@
+//! Shared test helpers: a self-removing temp directory, backend factories (so each semantic runs
+//! against `MemStorage` and `DiskStorage`), and body-reading helpers.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use stream_cache::{BodyError, BodyReader, DiskStorage, MemStorage, Storage};
+
+/// A temp directory removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let path = std::env::temp_dir().join(format!(
+            "stream-cache-test-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Mem,
+    Disk,
+}
+
+/// A storage under test, keeping its directory alive.
+pub struct Backend {
+    pub storage: Arc<dyn Storage>,
+    pub kind: Kind,
+    pub dir: Option<TempDir>,
+}
+
+pub async fn backend(kind: Kind, max_object_size: Option<u64>) -> Backend {
+    match kind {
+        Kind::Mem => Backend {
+            storage: Arc::new(match max_object_size {
+                Some(limit) => MemStorage::with_max_object_size(1 << 30, limit),
+                None => MemStorage::new(1 << 30),
+            }),
+            kind,
+            dir: None,
+        },
+        Kind::Disk => {
+            let dir = TempDir::new();
+            let storage = DiskStorage::open_with_limit(dir.path(), max_object_size)
+                .await
+                .expect("open disk storage");
+            Backend {
+                storage: Arc::new(storage),
+                kind,
+                dir: Some(dir),
+            }
+        }
+    }
+}
+
+/// Read to the end: every byte returned, and how the body ended.
+pub async fn drain(reader: &mut dyn BodyReader) -> (Vec<u8>, Result<(), BodyError>) {
+    let mut body = Vec::new();
+    loop {
+        match reader.read().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            Ok(None) => return (body, Ok(())),
+            Err(error) => return (body, Err(error)),
+        }
+    }
+}
+
+/// Generate one test per backend: `$name::mem` and `$name::disk`.
+#[macro_export]
+macro_rules! both_backends {
+    ($name:ident, $limit:expr, $body:expr) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mem() {
+                let backend = common::backend(common::Kind::Mem, $limit).await;
+                ($body)(backend.storage.clone()).await;
+                drop(backend);
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn disk() {
+                let backend = common::backend(common::Kind::Disk, $limit).await;
+                ($body)(backend.storage.clone()).await;
+                drop(backend);
+            }
+        }
+    };
+}
