@@ -1,0 +1,160 @@
+//! The opt-in frequency-aware admission filter (TinyLFU): a 4-row count-min sketch of 4-bit
+//! counters plus a "doorkeeper" bit set, per shard.
+//!
+//! Every lookup records its key's hash. When an insert of a new key needs to evict, the new key is
+//! admitted only if it has been requested more often (recently) than the chosen victim, so a burst
+//! of one-hit wonders cannot flush a hot working set. Counts decay by halving after `10 x width`
+//! records. Recording is a few relaxed atomic ops on per-shard memory; lost updates under races
+//! only make the estimate slightly lower, which is harmless. It loses to plain LRU on traces where
+//! new keys must displace old ones quickly (a shifting working set, a scan that is re-read soon).
+
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+const ROWS: usize = 4;
+const MAX_COUNT: u8 = 15;
+const SEEDS: [u64; ROWS] = [
+    0x9E37_79B9_7F4A_7C15,
+    0xC2B2_AE3D_27D4_EB4F,
+    0x1656_67B1_9E37_79F9,
+    0xD6E8_FEB8_6659_FD93,
+];
+
+/// Which admission policy a cache uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Admission {
+    /// Admit every new entry (plain sampled LRU). The default.
+    #[default]
+    Always,
+    /// TinyLFU: admit a new entry over its victim only if it was requested more often.
+    TinyLfu,
+}
+
+/// Per-shard frequency sketch.
+#[derive(Debug)]
+pub(crate) struct FrequencySketch {
+    counters: Vec<AtomicU8>,
+    doorkeeper: Vec<AtomicU64>,
+    mask: usize,
+    door_mask: usize,
+    records: AtomicU64,
+    sample_size: u64,
+}
+
+impl FrequencySketch {
+    /// A sketch sized for about `capacity` distinct hot keys.
+    pub(crate) fn new(capacity: u64) -> Self {
+        let width = usize::try_from(capacity.clamp(16, 1 << 26))
+            .unwrap_or(1 << 26)
+            .next_power_of_two();
+        let door_bits = width * 8;
+        Self {
+            counters: (0..ROWS * width).map(|_| AtomicU8::new(0)).collect(),
+            doorkeeper: (0..door_bits / 64).map(|_| AtomicU64::new(0)).collect(),
+            mask: width - 1,
+            door_mask: door_bits - 1,
+            records: AtomicU64::new(0),
+            sample_size: 10 * width as u64,
+        }
+    }
+
+    #[inline]
+    fn slot(&self, hash: u64, row: usize) -> usize {
+        let h = (hash ^ SEEDS[row]).wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+        row * (self.mask + 1) + ((h >> 32) as usize & self.mask)
+    }
+
+    #[inline]
+    fn door_bit(&self, hash: u64) -> (usize, u64) {
+        let bit = (hash.rotate_left(17).wrapping_mul(0xC4CE_B9FE_1A85_EC53) >> 20) as usize
+            & self.door_mask;
+        (bit / 64, 1u64 << (bit % 64))
+    }
+
+    /// Records one request for `hash`.
+    pub(crate) fn record(&self, hash: u64) {
+        let (word, bit) = self.door_bit(hash);
+        let seen = self.doorkeeper[word].fetch_or(bit, Ordering::Relaxed) & bit != 0;
+        if seen {
+            // Conservative update: raise only the counters that hold the minimum.
+            let slots: [usize; ROWS] = std::array::from_fn(|r| self.slot(hash, r));
+            let min = slots
+                .iter()
+                .map(|&s| self.counters[s].load(Ordering::Relaxed))
+                .min()
+                .unwrap_or(0);
+            if min < MAX_COUNT {
+                for &s in &slots {
+                    let c = &self.counters[s];
+                    if c.load(Ordering::Relaxed) == min {
+                        c.store(min + 1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        if self.records.fetch_add(1, Ordering::Relaxed) + 1 == self.sample_size {
+            self.age();
+        }
+    }
+
+    /// Halves every counter and clears the doorkeeper (the thread that crossed the sample size).
+    fn age(&self) {
+        for c in &self.counters {
+            c.store(c.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
+        }
+        for w in &self.doorkeeper {
+            w.store(0, Ordering::Relaxed);
+        }
+        self.records.store(0, Ordering::Relaxed);
+    }
+
+    /// Estimated recent request count for `hash`.
+    pub(crate) fn frequency(&self, hash: u64) -> u8 {
+        let min = (0..ROWS)
+            .map(|r| self.counters[self.slot(hash, r)].load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(0);
+        let (word, bit) = self.door_bit(hash);
+        min + u8::from(self.doorkeeper[word].load(Ordering::Relaxed) & bit != 0)
+    }
+
+    /// Whether a new key should displace `victim`.
+    pub(crate) fn admit(&self, candidate: u64, victim: u64) -> bool {
+        self.frequency(candidate) > self.frequency(victim)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_grow_with_requests_and_saturate() {
+        let s = FrequencySketch::new(1024);
+        assert_eq!(s.frequency(42), 0);
+        s.record(42);
+        assert_eq!(s.frequency(42), 1, "doorkeeper only");
+        for _ in 0..40 {
+            s.record(42);
+        }
+        assert_eq!(s.frequency(42), MAX_COUNT + 1);
+        assert!(s.admit(42, 7));
+        assert!(!s.admit(7, 42));
+    }
+
+    #[test]
+    fn aging_halves_counts() {
+        let s = FrequencySketch::new(16);
+        for _ in 0..9 {
+            s.record(1);
+        }
+        let before = s.frequency(1);
+        // Fill up to the sample size with other keys to trigger aging.
+        let mut k = 1000u64;
+        while s.records.load(Ordering::Relaxed) != 0 {
+            s.record(k.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            k += 1;
+        }
+        assert!(s.frequency(1) < before);
+    }
+}

@@ -1,0 +1,267 @@
+//! `Cache::builder(capacity)`: every knob of a cache, documented with its default.
+
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::admission::Admission;
+use crate::cache::{Cache, Inner, Weigher};
+use crate::clock::{Clock, ClockSource, CoarseClock, duration_to_ms};
+use crate::shard::{Shard, ShardConfig};
+use crate::stats::CachePadded;
+
+/// Default number of random samples per eviction. Redis uses 5 with its 16-entry pool; with the pool
+/// on, 5 samples already track exact LRU closely and each extra sample is a likely cache miss at
+/// large sizes, so 5 keeps insert-at-capacity cheap. Raise it (`.samples(10)`) when the pool is off.
+pub const DEFAULT_SAMPLES: usize = 5;
+/// Default size of the per-shard eviction candidate pool (Redis's `EVPOOL_SIZE`).
+pub const DEFAULT_POOL_SIZE: usize = 16;
+/// Shards are halved until each holds at least this much capacity (small caches stay accurate).
+const MIN_SHARD_CAPACITY: u64 = 64;
+
+/// Configures and builds a [`Cache`]. Created by [`Cache::builder`].
+#[must_use = "a builder does nothing until .build()"]
+pub struct CacheBuilder<K, V> {
+    capacity: u64,
+    name: Option<String>,
+    samples: usize,
+    pool_size: usize,
+    shards: Option<usize>,
+    default_ttl: Duration,
+    negative_ttl: Duration,
+    stale_while_revalidate: Duration,
+    wait_timeout: Option<Duration>,
+    weigher: Option<Weigher<K, V>>,
+    clock: Option<Arc<dyn Clock>>,
+    seed: Option<u64>,
+    admission: Admission,
+}
+
+impl<K, V> std::fmt::Debug for CacheBuilder<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheBuilder")
+            .field("capacity", &self.capacity)
+            .field("name", &self.name)
+            .field("samples", &self.samples)
+            .field("pool_size", &self.pool_size)
+            .field("shards", &self.shards)
+            .field("default_ttl", &self.default_ttl)
+            .field("negative_ttl", &self.negative_ttl)
+            .field("stale_while_revalidate", &self.stale_while_revalidate)
+            .field("wait_timeout", &self.wait_timeout)
+            .field("weigher", &self.weigher.is_some())
+            .field("seed", &self.seed)
+            .field("admission", &self.admission)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, V> CacheBuilder<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    pub(crate) fn new(capacity: u64) -> Self {
+        Self {
+            capacity,
+            name: None,
+            samples: DEFAULT_SAMPLES,
+            pool_size: DEFAULT_POOL_SIZE,
+            shards: None,
+            default_ttl: Duration::MAX,
+            negative_ttl: Duration::ZERO,
+            stale_while_revalidate: Duration::ZERO,
+            wait_timeout: None,
+            weigher: None,
+            clock: None,
+            seed: None,
+            admission: Admission::Always,
+        }
+    }
+
+    /// Registers the cache under `name` in the [registry](crate::registry) (held weakly), so it
+    /// can be listed, resized, purged and shrunk by name. Unnamed caches are not registered.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Random entries sampled per eviction (at least 1). Default [`DEFAULT_SAMPLES`].
+    pub fn samples(mut self, k: usize) -> Self {
+        self.samples = k.max(1);
+        self
+    }
+
+    /// Keep a Redis-style pool of the best eviction candidates across evictions (default on,
+    /// [`DEFAULT_POOL_SIZE`] entries per shard). Off: each eviction picks the best of its samples.
+    pub fn eviction_pool(mut self, enabled: bool) -> Self {
+        self.pool_size = if enabled { DEFAULT_POOL_SIZE } else { 0 };
+        self
+    }
+
+    /// Candidate pool size per shard; 0 disables the pool.
+    pub fn eviction_pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Number of shards (each with its own lock, capacity share and eviction state). Default:
+    /// 4 x available parallelism rounded to a power of two, halved until each shard holds at least
+    /// 64 units of capacity. Capacity is split evenly, so with a weigher an entry may weigh at most
+    /// `capacity / shards`; use `.shards(1)` for exact whole-capacity accounting.
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = Some(n.max(1));
+        self
+    }
+
+    /// TTL used by [`Cache::put`]. Default: never expire (`Duration::MAX`).
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.default_ttl = ttl;
+        self
+    }
+
+    /// How long a read-through fill's error is cached and returned to later callers without
+    /// running the fill again. Default 0: errors are not cached. Also the back-off before a
+    /// failed stale-while-revalidate refresh is retried.
+    pub fn negative_ttl(mut self, ttl: Duration) -> Self {
+        self.negative_ttl = ttl;
+        self
+    }
+
+    /// For this long after an entry's TTL, read-through callers get the stale value at once while
+    /// one background refresh runs; a failed refresh keeps the stale value (stale-if-error).
+    /// `lookup` also returns such entries, marked stale; `get` does not. Default 0.
+    pub fn stale_while_revalidate(mut self, window: Duration) -> Self {
+        self.stale_while_revalidate = window;
+        self
+    }
+
+    /// How long a read-through caller waits for another caller's fill before giving up with
+    /// [`FetchError::TimedOut`](crate::FetchError::TimedOut) (the fill goes on). Default: as long
+    /// as the fill takes. Uses tokio's timer.
+    pub fn wait_timeout(mut self, timeout: Duration) -> Self {
+        self.wait_timeout = Some(timeout);
+        self
+    }
+
+    /// Capacity then counts the sum of `weigher(key, value)` (a weight of 0 counts as 1) instead
+    /// of entries. Cached errors weigh 1.
+    pub fn weigher(mut self, weigher: impl Fn(&K, &V) -> u64 + Send + Sync + 'static) -> Self {
+        self.weigher = Some(Arc::new(weigher));
+        self
+    }
+
+    /// Uses `clock` for TTLs and recency instead of the default [`CoarseClock`]: e.g.
+    /// [`ManualClock`](crate::ManualClock) or [`TokioClock`](crate::TokioClock) in tests.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Makes hashing, shard choice and eviction sampling deterministic (for reproducible
+    /// hit-ratio simulations). Default: random per cache.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Opt-in frequency-aware admission (see [`Admission`]). Default [`Admission::Always`].
+    pub fn admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// Builds the cache (and registers it if it has a name).
+    pub fn build(self) -> Cache<K, V> {
+        let hasher = match self.seed {
+            Some(s) => ahash::RandomState::with_seeds(
+                s,
+                s ^ 0x243F_6A88_85A3_08D3,
+                s ^ 0x1319_8A2E_0370_7344,
+                s ^ 0xA409_3822_299F_31D0,
+            ),
+            None => ahash::RandomState::new(),
+        };
+        let shard_count = self.shards.unwrap_or_else(|| default_shards(self.capacity));
+        let caps = split_capacity(self.capacity, shard_count);
+        let tinylfu = self.admission == Admission::TinyLfu;
+        let shards: Box<[Shard<K, V>]> = caps
+            .iter()
+            .enumerate()
+            .map(|(i, &cap)| {
+                let seed = match self.seed {
+                    Some(s) => s.wrapping_add(i as u64),
+                    None => hasher.hash_one(i as u64 ^ 0x5EED),
+                };
+                Shard::new(cap, self.pool_size, seed, tinylfu)
+            })
+            .collect();
+        let clock = match self.clock {
+            Some(c) => ClockSource::Custom(c),
+            None => ClockSource::Coarse(CoarseClock::new()),
+        };
+        let mut group = coalesce::Group::builder();
+        if let Some(t) = self.wait_timeout {
+            group = group.wait_timeout(t);
+        }
+        let inner = Arc::new(Inner {
+            name: self.name,
+            shards,
+            hasher,
+            clock,
+            cfg: ShardConfig {
+                samples: self.samples,
+                swr_ms: duration_to_ms(self.stale_while_revalidate),
+            },
+            capacity: parking_lot::Mutex::new(self.capacity),
+            default_ttl_ms: duration_to_ms(self.default_ttl),
+            negative_ttl_ms: duration_to_ms(self.negative_ttl),
+            weigher: self.weigher,
+            fills: CachePadded::default(),
+            group: group.build(),
+        });
+        if inner.name.is_some() {
+            crate::registry::register(&inner);
+        }
+        Cache::from_inner(inner)
+    }
+}
+
+fn default_shards(capacity: u64) -> usize {
+    let par = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let mut shards = (par * 4).next_power_of_two();
+    while shards > 1 && capacity / (shards as u64) < MIN_SHARD_CAPACITY {
+        shards /= 2;
+    }
+    shards
+}
+
+/// Splits `capacity` over `n` shards; the parts sum to exactly `capacity`.
+pub(crate) fn split_capacity(capacity: u64, n: usize) -> Vec<u64> {
+    let n64 = n as u64;
+    let (base, rem) = (capacity / n64, capacity % n64);
+    (0..n64).map(|i| base + u64::from(i < rem)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_split_sums_exactly() {
+        for (cap, n) in [(0, 4), (1, 4), (10, 3), (1_000_003, 16)] {
+            let parts = split_capacity(cap, n);
+            assert_eq!(parts.len(), n);
+            assert_eq!(parts.iter().sum::<u64>(), cap);
+            let (min, max) = (parts.iter().min().unwrap(), parts.iter().max().unwrap());
+            assert!(max - min <= 1);
+        }
+    }
+
+    #[test]
+    fn small_caches_get_few_shards() {
+        assert_eq!(default_shards(0), 1);
+        assert_eq!(default_shards(100), 1);
+        assert!(default_shards(1 << 20) >= 4);
+    }
+}

@@ -1,0 +1,469 @@
+//! [`Cache`]: the handle, its shared state, and the plain store API (insert, get, lookup, remove,
+//! capacity, clear, purge). The read-through API lives in `read_through.rs`.
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::builder::{CacheBuilder, split_capacity};
+use crate::clock::{ClockSource, duration_to_ms};
+use crate::error::InsertError;
+use crate::shard::{ErasedError, NEVER, Shard, ShardConfig, Stored, WriteMode, WriteOutcome};
+use crate::stats::{CachePadded, FillCounters, Stats};
+
+/// A weigher: the weight of an entry, counted against capacity.
+pub(crate) type Weigher<K, V> = Arc<dyn Fn(&K, &V) -> u64 + Send + Sync>;
+
+/// A bounded, sharded TTL cache with sampled-LRU eviction and coalesced read-through.
+///
+/// Cheap to clone (an `Arc` inside); clones share the same store. See the [crate docs](crate).
+pub struct Cache<K, V> {
+    pub(crate) inner: Arc<Inner<K, V>>,
+}
+
+impl<K, V> Clone for Cache<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<K, V> std::fmt::Debug for Cache<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("name", &self.inner.name)
+            .field("shards", &self.inner.shards.len())
+            .field("capacity", &*self.inner.capacity.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+/// State shared by every clone of a cache.
+pub(crate) struct Inner<K, V> {
+    pub(crate) name: Option<String>,
+    pub(crate) shards: Box<[Shard<K, V>]>,
+    pub(crate) hasher: ahash::RandomState,
+    pub(crate) clock: ClockSource,
+    pub(crate) cfg: ShardConfig,
+    /// Total capacity; the mutex serialises `set_capacity` calls.
+    pub(crate) capacity: parking_lot::Mutex<u64>,
+    pub(crate) default_ttl_ms: u64,
+    pub(crate) negative_ttl_ms: u64,
+    pub(crate) weigher: Option<Weigher<K, V>>,
+    pub(crate) fills: CachePadded<FillCounters>,
+    pub(crate) group: coalesce::Group<K, V, ErasedError>,
+}
+
+/// Whether a [`lookup`](Cache::lookup) found a value within its TTL or past it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Within its TTL.
+    Fresh,
+    /// Past its TTL but inside the stale-while-revalidate window.
+    Stale,
+}
+
+/// A value read by [`Cache::lookup`], with its timing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry<V> {
+    value: V,
+    expires_in: Option<Duration>,
+    freshness: Freshness,
+}
+
+impl<V> Entry<V> {
+    /// The value.
+    pub fn value(&self) -> &V {
+        &self.value
+    }
+    /// The value, by move.
+    pub fn into_value(self) -> V {
+        self.value
+    }
+    /// Time left until the TTL ends (`Some(ZERO)` once stale), `None` for entries that never expire.
+    pub fn expires_in(&self) -> Option<Duration> {
+        self.expires_in
+    }
+    /// Fresh or stale.
+    pub fn freshness(&self) -> Freshness {
+        self.freshness
+    }
+    /// Within its TTL.
+    pub fn is_fresh(&self) -> bool {
+        self.freshness == Freshness::Fresh
+    }
+    /// Past its TTL, inside the stale window.
+    pub fn is_stale(&self) -> bool {
+        self.freshness == Freshness::Stale
+    }
+}
+
+/// A snapshot of an invalidation fence for [`Cache::insert_fenced`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence(u64);
+
+impl<K, V> Cache<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Starts configuring a cache holding at most `capacity` entries (or units of weight with a
+    /// weigher). Capacity 0 is valid: nothing is ever stored (every insert is rejected with
+    /// [`InsertError::TooHeavy`]) while read-through calls still coalesce their fills.
+    pub fn builder(capacity: u64) -> CacheBuilder<K, V> {
+        CacheBuilder::new(capacity)
+    }
+
+    /// A cache with default settings.
+    pub fn new(capacity: u64) -> Self {
+        Self::builder(capacity).build()
+    }
+
+    pub(crate) fn from_inner(inner: Arc<Inner<K, V>>) -> Self {
+        Self { inner }
+    }
+
+    #[inline]
+    pub(crate) fn hash<Q: Hash + ?Sized>(&self, q: &Q) -> u64 {
+        self.inner.hasher.hash_one(q)
+    }
+
+    #[inline]
+    pub(crate) fn shard(&self, hash: u64) -> &Shard<K, V> {
+        self.inner.shard(hash)
+    }
+
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
+        self.inner.clock.now_ms()
+    }
+
+    pub(crate) fn weigh(&self, key: &K, value: &V) -> u64 {
+        self.inner.weigher.as_ref().map_or(1, |w| w(key, value))
+    }
+
+    /// The cache's registry name, if any.
+    pub fn name(&self) -> Option<&str> {
+        self.inner.name.as_deref()
+    }
+
+    /// Stores `value` under `key` for `ttl` (`Duration::MAX`: never expires), replacing any entry.
+    /// Evicts (sampled LRU, expired entries first) so the capacity holds when this returns.
+    ///
+    /// Returns `Ok(true)` if stored, `Ok(false)` if not: a TTL of zero with no stale window (the
+    /// entry would be born expired; an old entry for the key is removed), or the admission filter
+    /// kept the existing entries. A direct insert also fences in-flight fills of this key that
+    /// started before it, so they cannot overwrite it with an older value.
+    ///
+    /// # Errors
+    /// [`InsertError::TooHeavy`] when the entry weighs more than its shard can hold (always with
+    /// capacity 0); any old entry for the key is removed.
+    pub fn insert(&self, key: K, value: V, ttl: Duration) -> Result<bool, InsertError> {
+        let now = self.now();
+        let expires_at = now.saturating_add(duration_to_ms(ttl));
+        self.write_value(key, value, expires_at, now, WriteMode::Plain)
+    }
+
+    /// [`insert`](Self::insert) with the builder's `default_ttl`.
+    ///
+    /// # Errors
+    /// As [`insert`](Self::insert).
+    pub fn put(&self, key: K, value: V) -> Result<bool, InsertError> {
+        let now = self.now();
+        let expires_at = now.saturating_add(self.inner.default_ttl_ms);
+        self.write_value(key, value, expires_at, now, WriteMode::Plain)
+    }
+
+    /// The key's invalidation fence: take it before fetching a value from the source of truth,
+    /// then store the result with [`insert_fenced`](Self::insert_fenced). Read-through uses this.
+    pub fn fence<Q>(&self, key: &Q) -> Fence
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        Fence(self.shard(hash).fence(hash))
+    }
+
+    /// Stores like [`insert`](Self::insert), unless the key was removed, inserted, invalidated or
+    /// cleared after `fence` was taken (then returns `Ok(false)` and stores nothing): a value
+    /// fetched before an invalidation never lands after it. Does not fence other writers.
+    ///
+    /// # Errors
+    /// As [`insert`](Self::insert).
+    pub fn insert_fenced(
+        &self,
+        fence: Fence,
+        key: K,
+        value: V,
+        ttl: Duration,
+    ) -> Result<bool, InsertError> {
+        let now = self.now();
+        let expires_at = now.saturating_add(duration_to_ms(ttl));
+        self.write_value(key, value, expires_at, now, WriteMode::Fenced(fence.0))
+    }
+
+    pub(crate) fn write_value(
+        &self,
+        key: K,
+        value: V,
+        expires_at: u64,
+        now: u64,
+        mode: WriteMode,
+    ) -> Result<bool, InsertError> {
+        let hash = self.hash(&key);
+        let weight = self.weigh(&key, &value);
+        let out = self.shard(hash).write(
+            hash,
+            key,
+            Stored::Value(value),
+            expires_at,
+            weight,
+            now,
+            &self.inner.cfg,
+            mode,
+        )?;
+        if out == WriteOutcome::Fenced {
+            self.inner.fills.fenced.incr();
+        }
+        Ok(out == WriteOutcome::Stored)
+    }
+
+    /// The value if present and within its TTL. The hit path: a shard read lock, a relaxed
+    /// recency store (skipped when unchanged), a clone. No allocation, no shared counter besides
+    /// the shard's own.
+    #[inline]
+    pub fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        self.shard(hash).get(hash, key, self.now())
+    }
+
+    /// The value with its expiry and freshness; stale entries (inside the stale-while-revalidate
+    /// window) are returned too, marked [`Freshness::Stale`]. Cached errors are not returned.
+    pub fn lookup<Q>(&self, key: &Q) -> Option<Entry<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        let now = self.now();
+        let snap = self
+            .shard(hash)
+            .lookup(hash, key, now, self.inner.cfg.swr_ms)?;
+        Some(Entry {
+            value: snap.value,
+            expires_in: (snap.expires_at != NEVER)
+                .then(|| Duration::from_millis(snap.expires_at.saturating_sub(now))),
+            freshness: if snap.stale {
+                Freshness::Stale
+            } else {
+                Freshness::Fresh
+            },
+        })
+    }
+
+    /// Whether a value within its TTL is stored (does not count as an access).
+    pub fn contains_key<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        self.shard(hash).contains(hash, key, self.now())
+    }
+
+    /// Removes the key's entry, returning its value (also if expired). A fill of this key that
+    /// started earlier will not store its result (its callers still get it), and later callers
+    /// start a fresh fill.
+    pub fn remove<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        self.shard(hash).remove(hash, key)
+    }
+
+    /// Removes `key`'s entry and detaches its in-flight fill (the owned-key form of
+    /// [`remove`](Self::remove) that also makes the next read-through caller start afresh).
+    pub fn invalidate(&self, key: &K) -> Option<V> {
+        let v = self.remove(key);
+        self.inner.group.forget(key);
+        v
+    }
+
+    /// Claims the right to refresh `key`'s stale entry (past its TTL, inside the stale window):
+    /// true for exactly one caller until a new value is written or the claim is released. For
+    /// callers that revalidate by hand (`lookup`, then `insert_fenced`); read-through uses it too.
+    pub fn try_claim_refresh<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        self.shard(hash)
+            .claim_refresh(hash, key, self.now(), self.inner.cfg.swr_ms)
+    }
+
+    /// Releases a refresh claimed with [`try_claim_refresh`](Self::try_claim_refresh) that will
+    /// not write a value (it failed): the entry may be claimed again after `retry_after`.
+    pub fn release_refresh<Q>(&self, key: &Q, retry_after: Duration)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        let at = self.now().saturating_add(duration_to_ms(retry_after));
+        self.shard(hash).release_refresh(hash, key, at);
+    }
+
+    /// Entries currently stored (fresh, stale and expired-but-not-yet-purged).
+    pub fn len(&self) -> usize {
+        self.inner.shards.iter().map(Shard::len).sum()
+    }
+
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Total weight stored (equals `len` without a weigher).
+    pub fn weight(&self) -> u64 {
+        self.inner.shards.iter().map(Shard::weight).sum()
+    }
+
+    /// The capacity (entries, or weight with a weigher).
+    pub fn capacity(&self) -> u64 {
+        *self.inner.capacity.lock()
+    }
+
+    /// Changes the capacity. When shrinking, evicts down to the new bound before returning.
+    /// Returns the number of entries evicted.
+    pub fn set_capacity(&self, capacity: u64) -> usize {
+        self.inner.set_capacity(capacity)
+    }
+
+    /// Removes every entry and detaches every in-flight fill: fills that started before will not
+    /// store their results; their waiters still receive them (none is left waiting), and later
+    /// callers start fresh fills. Returns the number of entries removed.
+    pub fn clear(&self) -> usize {
+        self.inner.clear()
+    }
+
+    /// Same as [`clear`](Self::clear): every entry is invalid from now on.
+    pub fn invalidate_all(&self) -> usize {
+        self.inner.clear()
+    }
+
+    /// Removes entries past their TTL and stale window; returns how many. Walks every shard
+    /// (O(entries), one shard lock at a time): maintenance, never on the insert path.
+    pub fn purge_expired(&self) -> usize {
+        self.inner.purge_expired()
+    }
+
+    /// Evicts `ceil(len * fraction)` entries from every shard by the eviction policy (capacity
+    /// unchanged). `fraction` is clamped to `[0, 1]`. Returns how many were evicted.
+    pub fn shrink(&self, fraction: f64) -> usize {
+        self.inner.shrink(fraction)
+    }
+
+    /// The number of read-through fills in flight (in the coalescing group, not the store).
+    pub fn fills_in_flight(&self) -> usize {
+        self.inner.group.in_flight()
+    }
+
+    /// A snapshot of the counters and current size.
+    pub fn stats(&self) -> Stats {
+        let mut s = Stats::default();
+        for shard in self.inner.shards.iter() {
+            s.add_shard(&shard.counters);
+            let (len, weight) = shard.size();
+            s.size += len as u64;
+            s.weight += weight;
+        }
+        s.add_fills(&self.inner.fills);
+        s.lookups = s.hits + s.misses + s.stale_hits + s.negative_hits;
+        s.capacity = self.capacity();
+        s
+    }
+
+    /// The TTL [`put`](Self::put) uses (`Duration::MAX` when entries never expire).
+    pub fn default_ttl(&self) -> Duration {
+        ms_to_duration(self.inner.default_ttl_ms)
+    }
+}
+
+pub(crate) fn ms_to_duration(ms: u64) -> Duration {
+    if ms == u64::MAX {
+        Duration::MAX
+    } else {
+        Duration::from_millis(ms)
+    }
+}
+
+impl<K, V> Inner<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    #[inline]
+    pub(crate) fn shard(&self, hash: u64) -> &Shard<K, V> {
+        // Bits 24..56: clear of hashbrown's bucket bits (low) and tag bits (top 7).
+        let n = self.shards.len() as u64;
+        let idx = (((hash >> 24) & 0xFFFF_FFFF) * n) >> 32;
+        &self.shards[idx as usize]
+    }
+
+    pub(crate) fn set_capacity(&self, capacity: u64) -> usize {
+        let mut total = self.capacity.lock();
+        *total = capacity;
+        let now = self.clock.now_ms();
+        let parts = split_capacity(capacity, self.shards.len());
+        self.shards
+            .iter()
+            .zip(parts)
+            .map(|(s, cap)| s.set_capacity(cap, now, &self.cfg))
+            .sum()
+    }
+
+    pub(crate) fn clear(&self) -> usize {
+        let removed = self.shards.iter().map(Shard::clear).sum();
+        self.group.forget_all();
+        removed
+    }
+
+    pub(crate) fn purge_expired(&self) -> usize {
+        let now = self.clock.now_ms();
+        self.shards
+            .iter()
+            .map(|s| s.purge_expired(now, self.cfg.swr_ms))
+            .sum()
+    }
+
+    pub(crate) fn shrink(&self, fraction: f64) -> usize {
+        let fraction = if fraction.is_nan() {
+            0.0
+        } else {
+            fraction.clamp(0.0, 1.0)
+        };
+        let now = self.clock.now_ms();
+        self.shards
+            .iter()
+            .map(|s| s.shrink(fraction, now, &self.cfg))
+            .sum()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.shards.iter().map(Shard::len).sum()
+    }
+
+    pub(crate) fn weight(&self) -> u64 {
+        self.shards.iter().map(Shard::weight).sum()
+    }
+}

@@ -1,0 +1,77 @@
+//! `ttl-lru`: a bounded TTL cache with O(1) sampled eviction and cancel-safe, coalesced read-through.
+//!
+//! The core types:
+//! - [`Cache`]: the sharded store (cheap `Clone`, `Send + Sync`). Plain API: [`Cache::insert`],
+//!   [`Cache::get`], [`Cache::lookup`], [`Cache::remove`], capacity control, [`Cache::clear`]; and
+//!   read-through: [`Cache::get_or_try_insert`], [`Cache::get_or_try_insert_detached`].
+//! - [`CacheBuilder`]: capacity, TTLs, stale-while-revalidate, weigher, sampling, clock.
+//! - [`Fetched`] / [`FetchError`]: a read-through value with its [`Source`] (hit, filled, joined,
+//!   stale), or why there is none.
+//!
+//! ```
+//! use std::time::Duration;
+//! use ttl_lru::{Cache, Source};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let cache: Cache<String, u32> = Cache::builder(10_000)
+//!     .negative_ttl(Duration::from_secs(5))
+//!     .build();
+//!
+//! cache.insert("a".to_string(), 1, Duration::from_secs(60)).unwrap();
+//! assert_eq!(cache.get("a"), Some(1));
+//!
+//! // A miss runs the fill once, however many callers ask at the same time.
+//! let ttl = |_: &u32| Duration::from_secs(60);
+//! let first = cache
+//!     .get_or_try_insert("b".to_string(), ttl, || async { Ok::<_, std::io::Error>(2) })
+//!     .await
+//!     .unwrap();
+//! assert_eq!((first.value, first.source), (2, Source::Filled));
+//! let again = cache
+//!     .get_or_try_insert("b".to_string(), ttl, || async { Ok::<_, std::io::Error>(99) })
+//!     .await
+//!     .unwrap();
+//! assert_eq!((again.value, again.source), (2, Source::Hit));
+//! # }
+//! ```
+//!
+//! # Design
+//! - **Store.** Each shard keeps its entries in a dense `Vec` plus a `hashbrown::HashTable` from key
+//!   hash to slot; deletion swap-removes, so a random index is a random entry and eviction samples
+//!   `k` entries in O(k) at any size, keeps a Redis-style pool of the best candidates across
+//!   evictions, and takes an already-expired sample at once. Nothing on the insert path walks the
+//!   map. Capacity is split evenly over shards and holds after every insert.
+//! - **Hits** take the shard's read lock, store a relaxed recency stamp (skipped when unchanged),
+//!   bump a per-shard cache-padded counter and clone the value; no global writes, no allocation.
+//! - **Time** comes from a [`Clock`]. The default [`CoarseClock`] is a process-wide atomic
+//!   millisecond tick refreshed by one background thread, so a hit reads time with one relaxed
+//!   load instead of `Instant::now()`. Tests inject [`ManualClock`] or [`TokioClock`].
+//! - **Fills** live in a [`coalesce::Group`], never in the store: they take no capacity, and a
+//!   cancelled leader hands its flight to exactly one waiter. A fill stores its result only if its
+//!   key was not removed, inserted, invalidated or cleared since it started (a per-key-stripe fence).
+//! - **Named caches** register in [`registry`] (weakly) for listing, resizing, purging, shrinking.
+//!
+//! Edge cases: capacity 0 stores nothing (inserts fail with [`InsertError::TooHeavy`], read-through
+//! still coalesces and returns values); a TTL of 0 stores nothing unless a stale window is set.
+
+mod admission;
+mod builder;
+mod cache;
+mod clock;
+mod error;
+mod pool;
+mod read_through;
+pub mod registry;
+mod rng;
+mod shard;
+mod stats;
+mod sync;
+
+pub use admission::Admission;
+pub use builder::{CacheBuilder, DEFAULT_POOL_SIZE, DEFAULT_SAMPLES};
+pub use cache::{Cache, Entry, Fence, Freshness};
+pub use clock::{Clock, CoarseClock, ManualClock, TokioClock};
+pub use error::{FetchError, InsertError, RegistryError};
+pub use read_through::{Fetched, Source};
+pub use stats::Stats;

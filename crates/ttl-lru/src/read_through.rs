@@ -1,0 +1,456 @@
+//! Read-through: `get_or_try_insert` and `get_or_try_insert_detached`, coalesced through a
+//! `coalesce::Group` so concurrent misses of one key run one fill.
+//!
+//! Fills live in the group, never in the store: they take no capacity and cannot be evicted
+//! half-done, and a cancelled leader hands its flight to one waiting caller (the group's guard).
+//! Before a fill starts, the caller reads the key's invalidation fence; the result is stored only if
+//! no `remove`/`insert`/`clear` of the key happened since, while its waiters get it regardless.
+//! Errors of any type `E` travel through the group type-erased (`Arc<dyn Any>`) and are downcast
+//! back per call.
+
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use coalesce::{FlightError, Joined, Leader};
+use futures::FutureExt;
+
+use crate::cache::Cache;
+use crate::clock::duration_to_ms;
+use crate::error::FetchError;
+use crate::shard::{ErasedError, Probe, WriteMode};
+
+/// How a read-through call obtained its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A fresh value was in the store.
+    Hit,
+    /// This call ran the fill (or its detached task did).
+    Filled,
+    /// Another caller's fill produced it.
+    Joined,
+    /// A value past its TTL, inside the stale-while-revalidate window (a refresh is running).
+    Stale,
+}
+
+/// A read-through result: the value and how it was obtained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched<V> {
+    /// The value.
+    pub value: V,
+    /// Where it came from.
+    pub source: Source,
+}
+
+impl<V> Fetched<V> {
+    /// The value, by move.
+    pub fn into_value(self) -> V {
+        self.value
+    }
+}
+
+/// The erased error a detached fill publishes when it runs past its `fill_timeout`.
+struct FillTimeout;
+
+type GroupLeader<K, V> = Leader<K, V, ErasedError>;
+
+/// What the store said before any coalescing.
+enum Front<V, E> {
+    Answer(Result<Fetched<V>, FetchError<E>>),
+    /// Stale value returned; this caller claimed the refresh.
+    StaleRefresh(V),
+    Miss,
+}
+
+impl<K, V> Cache<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Returns the cached value, or runs `fill` once for all concurrent callers of `key` and caches
+    /// its value for `ttl_fn(&value)` (or its error for `negative_ttl`).
+    ///
+    /// The fill runs in this caller's task; `fill` is called only if this caller leads. A stale
+    /// value inside the stale-while-revalidate window is returned at once as [`Source::Stale`] while
+    /// one refresh runs on a spawned tokio task (which is why the fill future must be
+    /// `Send + 'static`; without a tokio runtime no refresh starts and the stale value is served
+    /// until its window ends).
+    ///
+    /// # Cancellation
+    /// - Dropped while waiting for another caller's fill: it just leaves the queue; the fill goes on.
+    /// - Dropped while its own `fill` runs: the fill is dropped and the lead passes to the oldest
+    ///   waiting caller, which runs its own fill; with nobody waiting the key is released. Nothing
+    ///   was written to the store before that await, so nothing is left behind.
+    ///
+    /// # Errors
+    /// [`FetchError::Failed`] (this fill's error, the joined fill's, or a cached one),
+    /// [`FetchError::TimedOut`] (waited past `wait_timeout`), [`FetchError::Abandoned`],
+    /// [`FetchError::ErrorTypeMismatch`]. A value too heavy to store is still returned.
+    pub async fn get_or_try_insert<E, T, F, Fut>(
+        &self,
+        key: K,
+        ttl_fn: T,
+        fill: F,
+    ) -> Result<Fetched<V>, FetchError<E>>
+    where
+        E: Send + Sync + 'static,
+        T: FnOnce(&V) -> Duration + Send + 'static,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+    {
+        let hash = self.hash(&key);
+        match self.front::<E>(hash, &key) {
+            Front::Answer(a) => return a,
+            Front::StaleRefresh(value) => {
+                self.start_refresh(key, hash, ttl_fn, fill, None);
+                return Ok(Fetched {
+                    value,
+                    source: Source::Stale,
+                });
+            }
+            Front::Miss => {}
+        }
+        let fence = self.shard(hash).fence(hash);
+        // Await 1: cancel-safe (a dropped follower leaves the queue).
+        let leader = match self.inner.group.join(key).await {
+            Joined::Done(r) => return self.followed(r),
+            Joined::Leader(leader) => leader,
+        };
+        let leader = match self.recheck(leader, hash) {
+            Ok(hit) => return hit,
+            Err(leader) => leader,
+        };
+        self.inner.fills.fills.incr();
+        // Await 2: if dropped here, `leader` drops and hands the flight on.
+        let result = fill().await;
+        self.publish(leader, hash, fence, ttl_fn, result)
+            .map(|value| Fetched {
+                value,
+                source: Source::Filled,
+            })
+    }
+
+    /// Like [`get_or_try_insert`](Self::get_or_try_insert), but the fill runs on a spawned tokio
+    /// task that outlives this caller and is cancelled after `fill_timeout` (callers then get
+    /// [`FetchError::FillTimedOut`]; timeouts are not cached). `make_fut` is called (in this task)
+    /// only if this caller leads. Without a tokio runtime the fill runs inline, without a timeout.
+    ///
+    /// # Cancellation
+    /// - Dropped while waiting for another caller's fill: it leaves the queue; the fill goes on.
+    /// - Dropped while waiting for its own detached fill: the task keeps running, stores the value
+    ///   and answers every other waiter; only this caller's copy of the result is lost.
+    ///
+    /// # Errors
+    /// As [`get_or_try_insert`](Self::get_or_try_insert), plus [`FetchError::FillTimedOut`];
+    /// [`FetchError::Abandoned`] if the fill task panicked.
+    pub async fn get_or_try_insert_detached<E, T, F, Fut>(
+        &self,
+        key: K,
+        ttl_fn: T,
+        make_fut: F,
+        fill_timeout: Duration,
+    ) -> Result<Fetched<V>, FetchError<E>>
+    where
+        E: Send + Sync + 'static,
+        T: FnOnce(&V) -> Duration + Send + 'static,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+    {
+        let hash = self.hash(&key);
+        match self.front::<E>(hash, &key) {
+            Front::Answer(a) => return a,
+            Front::StaleRefresh(value) => {
+                self.start_refresh(key, hash, ttl_fn, make_fut, Some(fill_timeout));
+                return Ok(Fetched {
+                    value,
+                    source: Source::Stale,
+                });
+            }
+            Front::Miss => {}
+        }
+        let fence = self.shard(hash).fence(hash);
+        // Await 1: cancel-safe (a dropped follower leaves the queue).
+        let leader = match self.inner.group.join(key).await {
+            Joined::Done(r) => return self.followed(r),
+            Joined::Leader(leader) => leader,
+        };
+        let leader = match self.recheck(leader, hash) {
+            Ok(hit) => return hit,
+            Err(leader) => leader,
+        };
+        self.inner.fills.fills.incr();
+        let fut = make_fut();
+        let result = match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let cache = self.clone();
+                let task = rt.spawn(async move {
+                    cache
+                        .run_fill(leader, hash, fence, ttl_fn, fut, Some(fill_timeout))
+                        .await
+                });
+                // Await 2: dropping the JoinHandle detaches; the task finishes the flight.
+                match task.await {
+                    Ok(r) => r,
+                    Err(_) => Err(FetchError::Abandoned),
+                }
+            }
+            // No runtime to detach onto (or to time with): the fill runs inline, as in
+            // `get_or_try_insert`; dropped here, `leader` hands the flight on.
+            Err(_) => {
+                self.clone()
+                    .run_fill(leader, hash, fence, ttl_fn, fut, None)
+                    .await
+            }
+        };
+        result.map(|value| Fetched {
+            value,
+            source: Source::Filled,
+        })
+    }
+
+    /// Store lookup before coalescing: a fresh hit, a cached error of type `E`, a stale value
+    /// (claiming its refresh), or a miss.
+    fn front<E: Send + Sync + 'static>(&self, hash: u64, key: &K) -> Front<V, E> {
+        let now = self.now();
+        match self
+            .shard(hash)
+            .probe(hash, key, now, self.inner.cfg.swr_ms)
+        {
+            Probe::Fresh(value) => Front::Answer(Ok(Fetched {
+                value,
+                source: Source::Hit,
+            })),
+            Probe::Stale {
+                value,
+                refresh: true,
+            } => Front::StaleRefresh(value),
+            Probe::Stale {
+                value,
+                refresh: false,
+            } => Front::Answer(Ok(Fetched {
+                value,
+                source: Source::Stale,
+            })),
+            Probe::Negative(e) => match e.downcast::<E>() {
+                Ok(e) => Front::Answer(Err(FetchError::Failed(e))),
+                // Cached by a caller with another error type: treat as a miss.
+                Err(_) => Front::Miss,
+            },
+            Probe::Miss => Front::Miss,
+        }
+    }
+
+    /// A new leader re-checks the store: a flight may have stored and ended between our lookup and
+    /// our join. Then the lead is finished with that value (nobody refills it); otherwise the lead
+    /// comes back.
+    fn recheck<E: Send + Sync + 'static>(
+        &self,
+        leader: GroupLeader<K, V>,
+        hash: u64,
+    ) -> Result<Result<Fetched<V>, FetchError<E>>, GroupLeader<K, V>> {
+        match self.shard(hash).peek_fresh(hash, leader.key(), self.now()) {
+            Some(value) => Ok(leader
+                .finish(Ok(value))
+                .map(|value| Fetched {
+                    value,
+                    source: Source::Hit,
+                })
+                .map_err(|e| self.flight_error(e))),
+            None => Err(leader),
+        }
+    }
+
+    fn followed<E: Send + Sync + 'static>(
+        &self,
+        r: Result<V, FlightError<ErasedError>>,
+    ) -> Result<Fetched<V>, FetchError<E>> {
+        self.inner.fills.waits.incr();
+        match r {
+            Ok(value) => Ok(Fetched {
+                value,
+                source: Source::Joined,
+            }),
+            Err(e) => Err(self.flight_error(e)),
+        }
+    }
+
+    fn flight_error<E: Send + Sync + 'static>(&self, e: FlightError<ErasedError>) -> FetchError<E> {
+        match e {
+            FlightError::Failed(shared) => erased_to_fetch_error(ErasedError::clone(&shared)),
+            FlightError::TimedOut => {
+                self.inner.fills.wait_timeouts.incr();
+                FetchError::TimedOut
+            }
+            _ => FetchError::Abandoned,
+        }
+    }
+
+    /// Awaits the fill (with an optional timeout), then publishes. Runs in the caller or a task.
+    async fn run_fill<E, T, Fut>(
+        self,
+        leader: GroupLeader<K, V>,
+        hash: u64,
+        fence: u64,
+        ttl_fn: T,
+        fut: Fut,
+        timeout: Option<Duration>,
+    ) -> Result<V, FetchError<E>>
+    where
+        E: Send + Sync + 'static,
+        T: FnOnce(&V) -> Duration,
+        Fut: Future<Output = Result<V, E>>,
+    {
+        let result = match timeout {
+            None => fut.await,
+            Some(t) => match tokio::time::timeout(t, fut).await {
+                Ok(r) => r,
+                Err(_elapsed) => {
+                    self.inner.fills.fill_timeouts.incr();
+                    let retry_at = self.now().saturating_add(self.inner.negative_ttl_ms);
+                    self.shard(hash)
+                        .release_refresh(hash, leader.key(), retry_at);
+                    let timed_out: ErasedError = Arc::new(FillTimeout);
+                    let _ = leader.finish(Err(timed_out));
+                    return Err(FetchError::FillTimedOut);
+                }
+            },
+        };
+        self.publish(leader, hash, fence, ttl_fn, result)
+    }
+
+    /// Stores a fill's outcome (fenced), then finishes the flight so waiters wake to a written
+    /// store. Synchronous: no await between storing and publishing.
+    fn publish<E, T>(
+        &self,
+        leader: GroupLeader<K, V>,
+        hash: u64,
+        fence: u64,
+        ttl_fn: T,
+        result: Result<V, E>,
+    ) -> Result<V, FetchError<E>>
+    where
+        E: Send + Sync + 'static,
+        T: FnOnce(&V) -> Duration,
+    {
+        let now = self.now();
+        match result {
+            Ok(value) => {
+                let expires_at = now.saturating_add(duration_to_ms(ttl_fn(&value)));
+                // Too heavy to store: still returned to every caller (the rejection is counted).
+                let _ = self.write_value(
+                    leader.key().clone(),
+                    value.clone(),
+                    expires_at,
+                    now,
+                    WriteMode::Fenced(fence),
+                );
+                leader.finish(Ok(value)).map_err(|e| self.flight_error(e))
+            }
+            Err(error) => {
+                self.inner.fills.fill_errors.incr();
+                let erased: ErasedError = Arc::new(error);
+                let neg = self.inner.negative_ttl_ms;
+                let cached_until = (neg > 0).then(|| now.saturating_add(neg));
+                let _ = self.shard(hash).write_error(
+                    hash,
+                    leader.key().clone(),
+                    Arc::clone(&erased),
+                    cached_until,
+                    now.saturating_add(neg),
+                    now,
+                    &self.inner.cfg,
+                    WriteMode::Fenced(fence),
+                );
+                let _ = leader.finish(Err(Arc::clone(&erased)));
+                Err(erased_to_fetch_error(erased))
+            }
+        }
+    }
+
+    /// Starts the one background refresh of a stale entry whose refresh this caller claimed.
+    fn start_refresh<E, T, F, Fut>(
+        &self,
+        key: K,
+        hash: u64,
+        ttl_fn: T,
+        fill: F,
+        timeout: Option<Duration>,
+    ) where
+        E: Send + Sync + 'static,
+        T: FnOnce(&V) -> Duration + Send + 'static,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+    {
+        // Reopens the refresh gate if the refresh never gets to publish (no runtime, the task is
+        // dropped or panics). After a publish the entry was replaced or its gate already reset,
+        // so the release is then a no-op.
+        let mut gate = RefreshGate {
+            cache: self.clone(),
+            key: key.clone(),
+            hash,
+            armed: true,
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let fence = self.shard(hash).fence(hash);
+        match self.inner.group.join(key).now_or_never() {
+            Some(Joined::Leader(leader)) => {
+                self.inner.fills.refreshes.incr();
+                self.inner.fills.fills.incr();
+                let fut = fill();
+                let cache = self.clone();
+                rt.spawn(async move {
+                    let _gate = gate;
+                    let _ = cache
+                        .run_fill::<E, T, Fut>(leader, hash, fence, ttl_fn, fut, timeout)
+                        .await;
+                });
+            }
+            // A fill for this key is already running: its publish replaces the entry or reopens
+            // the gate, so keep the gate closed until then.
+            None => gate.armed = false,
+            // A flight ended just now: reopen the gate (dropping `gate`).
+            Some(Joined::Done(_)) => {}
+        }
+    }
+}
+
+/// Releases a claimed refresh gate on drop.
+struct RefreshGate<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    cache: Cache<K, V>,
+    key: K,
+    hash: u64,
+    armed: bool,
+}
+
+impl<K, V> Drop for RefreshGate<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let now = self.cache.now();
+        self.cache
+            .shard(self.hash)
+            .release_refresh(self.hash, &self.key, now);
+    }
+}
+
+fn erased_to_fetch_error<E: Send + Sync + 'static>(erased: ErasedError) -> FetchError<E> {
+    if (*erased).is::<FillTimeout>() {
+        return FetchError::FillTimedOut;
+    }
+    match erased.downcast::<E>() {
+        Ok(e) => FetchError::Failed(e),
+        Err(_) => FetchError::ErrorTypeMismatch,
+    }
+}
