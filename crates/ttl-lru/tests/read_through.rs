@@ -1,0 +1,536 @@
+//! Read-through semantics (issue 3, "Semantics that must hold"), on tokio's paused clock: one fill
+//! per key, fills outside capacity, the aborted-fill regression, negative caching,
+//! stale-while-revalidate with one refresh and stale-if-error, generation-fenced invalidation,
+//! clear waking everyone, wait and fill timeouts, detached fills.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::{advance, sleep};
+use ttl_lru::{Cache, FetchError, Source, TokioClock};
+
+const SEC: Duration = Duration::from_secs(1);
+
+#[derive(Debug, PartialEq)]
+struct Boom(u32);
+
+fn forever(_: &u64) -> Duration {
+    Duration::MAX
+}
+
+fn secs(n: u64) -> impl Fn(&u64) -> Duration + Copy + Send + 'static {
+    move |_: &u64| Duration::from_secs(n)
+}
+
+/// A fill that counts its runs and returns `value` after `delay` (tokio time).
+fn counted(
+    runs: &Arc<AtomicUsize>,
+    value: u64,
+    delay: Duration,
+) -> impl FnOnce() -> std::pin::Pin<Box<dyn Future<Output = Result<u64, Boom>> + Send>> + use<> {
+    let runs = Arc::clone(runs);
+    move || {
+        Box::pin(async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            sleep(delay).await;
+            Ok(value)
+        })
+    }
+}
+
+/// A fill that waits for `gate` before returning `value`.
+fn gated(
+    gate: &Arc<Notify>,
+    value: u64,
+) -> impl FnOnce() -> std::pin::Pin<Box<dyn Future<Output = Result<u64, Boom>> + Send>> + use<> {
+    let gate = Arc::clone(gate);
+    move || {
+        Box::pin(async move {
+            gate.notified().await;
+            Ok(value)
+        })
+    }
+}
+
+fn cache(capacity: u64) -> Cache<u64, u64> {
+    Cache::builder(capacity).clock(TokioClock::new()).build()
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_misses_run_one_fill() {
+    let c = cache(100);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let (c, f) = (c.clone(), counted(&runs, 7, SEC));
+        tasks.push(tokio::spawn(async move {
+            c.get_or_try_insert(1, forever, f).await
+        }));
+    }
+    let mut filled = 0;
+    for t in tasks {
+        let got = t.await.unwrap().unwrap();
+        assert_eq!(got.value, 7);
+        match got.source {
+            Source::Filled => filled += 1,
+            Source::Joined => {}
+            other => panic!("unexpected source {other:?}"),
+        }
+    }
+    assert_eq!(filled, 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let hit = c
+        .get_or_try_insert(1, forever, counted(&runs, 8, SEC))
+        .await
+        .unwrap();
+    assert_eq!((hit.value, hit.source), (7, Source::Hit));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let s = c.stats();
+    assert_eq!((s.fills, s.waits), (1, 9));
+    assert_eq!(c.fills_in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fills_in_flight_take_no_capacity() {
+    let c = cache(1);
+    let gate = Arc::new(Notify::new());
+    let mut tasks = Vec::new();
+    for k in 0..5 {
+        let (c, f) = (c.clone(), gated(&gate, k));
+        tasks.push(tokio::spawn(async move {
+            c.get_or_try_insert(k, forever, f).await
+        }));
+    }
+    tokio::task::yield_now().await;
+    assert_eq!(c.fills_in_flight(), 5);
+    assert_eq!(c.len(), 0, "pending fills are not entries");
+    c.insert(100, 100, Duration::MAX).unwrap();
+    assert_eq!(
+        c.get(&100),
+        Some(100),
+        "the store still has its whole capacity"
+    );
+    gate.notify_waiters();
+    for (k, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap().unwrap().value, k as u64);
+    }
+    assert!(c.len() <= 1);
+    assert_eq!(c.fills_in_flight(), 0);
+}
+
+/// The pingora `RTCache` bug: the filling task is aborted mid-fill; the next call must fill, not
+/// hang or bypass the cache forever.
+#[tokio::test(start_paused = true)]
+async fn aborted_fill_leaves_nothing_stuck() {
+    let c = cache(10);
+    let never = || std::future::pending::<Result<u64, Boom>>();
+    let c2 = c.clone();
+    let stuck = tokio::spawn(async move { c2.get_or_try_insert(1, forever, never).await });
+    tokio::task::yield_now().await;
+    assert_eq!(c.fills_in_flight(), 1);
+    // A follower is waiting when the leader dies: it must take over.
+    let c3 = c.clone();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let f = counted(&runs, 5, SEC);
+    let follower = tokio::spawn(async move { c3.get_or_try_insert(1, forever, f).await });
+    tokio::task::yield_now().await;
+    stuck.abort();
+    assert!(stuck.await.unwrap_err().is_cancelled());
+    let got = follower.await.unwrap().unwrap();
+    assert_eq!((got.value, got.source), (5, Source::Filled));
+    assert_eq!(c.get(&1), Some(5));
+    // And with nobody waiting, the next caller simply fills.
+    let c4 = c.clone();
+    let stuck = tokio::spawn(async move { c4.get_or_try_insert(2, forever, never).await });
+    tokio::task::yield_now().await;
+    stuck.abort();
+    let _ = stuck.await;
+    assert_eq!(c.fills_in_flight(), 0);
+    let got = c
+        .get_or_try_insert(2, forever, counted(&runs, 6, SEC))
+        .await
+        .unwrap();
+    assert_eq!((got.value, got.source), (6, Source::Filled));
+}
+
+#[tokio::test(start_paused = true)]
+async fn errors_are_cached_for_negative_ttl() {
+    let c: Cache<u64, u64> = Cache::builder(10)
+        .clock(TokioClock::new())
+        .negative_ttl(Duration::from_secs(5))
+        .build();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let failing = |runs: &Arc<AtomicUsize>| {
+        let runs = Arc::clone(runs);
+        move || async move {
+            let n = runs.fetch_add(1, Ordering::SeqCst) as u32;
+            Err::<u64, _>(Boom(n))
+        }
+    };
+    let e = c
+        .get_or_try_insert(1, forever, failing(&runs))
+        .await
+        .unwrap_err();
+    assert_eq!(**e.fill_error().unwrap(), Boom(0));
+    advance(Duration::from_secs(4)).await;
+    let e = c
+        .get_or_try_insert(1, forever, failing(&runs))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        **e.fill_error().unwrap(),
+        Boom(0),
+        "served from the negative cache"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(c.get(&1), None, "plain get does not return errors");
+    advance(SEC).await;
+    let e = c
+        .get_or_try_insert(1, forever, failing(&runs))
+        .await
+        .unwrap_err();
+    assert_eq!(**e.fill_error().unwrap(), Boom(1));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    let s = c.stats();
+    assert_eq!((s.fill_errors, s.negative_hits), (2, 1));
+    // A different error type at the same key is not served that cached error: it fills.
+    let got = c
+        .get_or_try_insert(1, forever, || async { Ok::<u64, std::io::Error>(3) })
+        .await
+        .unwrap();
+    assert_eq!(got.value, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn negative_ttl_zero_does_not_cache_errors() {
+    let c = cache(10);
+    let runs = Arc::new(AtomicUsize::new(0));
+    for i in 1..=3 {
+        let r = Arc::clone(&runs);
+        let e = c
+            .get_or_try_insert(1, forever, move || async move {
+                r.fetch_add(1, Ordering::SeqCst);
+                Err::<u64, _>(Boom(0))
+            })
+            .await;
+        assert!(matches!(e, Err(FetchError::Failed(_))));
+        assert_eq!(runs.load(Ordering::SeqCst), i);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_callers_share_one_failure() {
+    let c = cache(10);
+    let gate = Arc::new(Notify::new());
+    let g = Arc::clone(&gate);
+    let c1 = c.clone();
+    let leader = tokio::spawn(async move {
+        c1.get_or_try_insert(1, forever, move || async move {
+            g.notified().await;
+            Err::<u64, _>(Boom(9))
+        })
+        .await
+    });
+    tokio::task::yield_now().await;
+    let c2 = c.clone();
+    let follower = tokio::spawn(async move {
+        c2.get_or_try_insert(1, forever, || async { Ok::<u64, Boom>(1) })
+            .await
+    });
+    tokio::task::yield_now().await;
+    gate.notify_waiters();
+    let a = leader.await.unwrap().unwrap_err();
+    let b = follower.await.unwrap().unwrap_err();
+    assert!(Arc::ptr_eq(
+        a.fill_error().unwrap(),
+        b.fill_error().unwrap()
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn stale_while_revalidate_serves_stale_and_refreshes_once() {
+    let c: Cache<u64, u64> = Cache::builder(10)
+        .clock(TokioClock::new())
+        .stale_while_revalidate(Duration::from_secs(10))
+        .build();
+    let runs = Arc::new(AtomicUsize::new(0));
+    c.get_or_try_insert(1, secs(1), counted(&runs, 1, Duration::ZERO))
+        .await
+        .unwrap();
+    advance(Duration::from_secs(2)).await;
+    // Many callers at once: all get the stale value immediately; one refresh runs (taking 1 s).
+    for _ in 0..5 {
+        let got = c
+            .get_or_try_insert(1, secs(1), counted(&runs, 2, SEC))
+            .await
+            .unwrap();
+        assert_eq!((got.value, got.source), (1, Source::Stale));
+    }
+    tokio::task::yield_now().await; // let the spawned refresh start
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "exactly one background refresh"
+    );
+    assert_eq!(c.stats().refreshes, 1);
+    sleep(Duration::from_millis(1500)).await;
+    let got = c
+        .get_or_try_insert(1, secs(1), counted(&runs, 3, SEC))
+        .await
+        .unwrap();
+    assert_eq!((got.value, got.source), (2, Source::Hit));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_refresh_keeps_the_stale_value_until_the_window_ends() {
+    let c: Cache<u64, u64> = Cache::builder(10)
+        .clock(TokioClock::new())
+        .stale_while_revalidate(Duration::from_secs(10))
+        .negative_ttl(Duration::from_secs(3))
+        .build();
+    let runs = Arc::new(AtomicUsize::new(0));
+    c.get_or_try_insert(1, secs(1), counted(&runs, 1, Duration::ZERO))
+        .await
+        .unwrap();
+    advance(Duration::from_secs(2)).await;
+    let failing = |runs: &Arc<AtomicUsize>| {
+        let runs = Arc::clone(runs);
+        move || async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Err::<u64, _>(Boom(1))
+        }
+    };
+    let got = c
+        .get_or_try_insert(1, secs(1), failing(&runs))
+        .await
+        .unwrap();
+    assert_eq!(got.source, Source::Stale);
+    tokio::task::yield_now().await; // the refresh runs and fails
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    // Stale-if-error: still the stale value, and no new refresh within negative_ttl.
+    let got = c
+        .get_or_try_insert(1, secs(1), failing(&runs))
+        .await
+        .unwrap();
+    assert_eq!((got.value, got.source), (1, Source::Stale));
+    tokio::task::yield_now().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    // After the back-off one retry is allowed.
+    advance(Duration::from_secs(3)).await;
+    let got = c
+        .get_or_try_insert(1, secs(1), failing(&runs))
+        .await
+        .unwrap();
+    assert_eq!(got.source, Source::Stale);
+    tokio::task::yield_now().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    // Past the window callers wait for a fresh fill.
+    advance(Duration::from_secs(10)).await;
+    let got = c
+        .get_or_try_insert(1, secs(1), counted(&runs, 4, SEC))
+        .await
+        .unwrap();
+    assert_eq!((got.value, got.source), (4, Source::Filled));
+}
+
+/// Runs a gated fill for key 1 with one extra waiter, applies `invalidate` mid-fill, then checks
+/// the waiters still got the value while the store did not keep it.
+async fn check_fenced(invalidate: impl FnOnce(&Cache<u64, u64>)) {
+    let c = cache(10);
+    let gate = Arc::new(Notify::new());
+    let (c1, f1) = (c.clone(), gated(&gate, 1));
+    let leader = tokio::spawn(async move { c1.get_or_try_insert(1, forever, f1).await });
+    tokio::task::yield_now().await;
+    let (c2, f2) = (c.clone(), gated(&gate, 2));
+    let waiter = tokio::spawn(async move { c2.get_or_try_insert(1, forever, f2).await });
+    tokio::task::yield_now().await;
+    invalidate(&c);
+    gate.notify_waiters();
+    assert_eq!(leader.await.unwrap().unwrap().value, 1);
+    assert_eq!(waiter.await.unwrap().unwrap().value, 1);
+    assert_eq!(
+        c.get(&1),
+        None,
+        "a fill older than the invalidation must not be stored"
+    );
+    assert_eq!(c.stats().fenced, 1);
+    assert_eq!(c.fills_in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn remove_fences_an_older_fill() {
+    check_fenced(|c| {
+        c.remove(&1);
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalidate_all_fences_an_older_fill() {
+    check_fenced(|c| {
+        c.invalidate_all();
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn clear_fences_an_older_fill() {
+    check_fenced(|c| {
+        c.clear();
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_direct_insert_wins_over_an_older_fill() {
+    let c = cache(10);
+    let gate = Arc::new(Notify::new());
+    let (c1, f1) = (c.clone(), gated(&gate, 1));
+    let leader = tokio::spawn(async move { c1.get_or_try_insert(1, forever, f1).await });
+    tokio::task::yield_now().await;
+    c.insert(1, 42, Duration::MAX).unwrap();
+    gate.notify_waiters();
+    assert_eq!(leader.await.unwrap().unwrap().value, 1);
+    assert_eq!(c.get(&1), Some(42));
+}
+
+/// `clear` detaches fills: their waiters are all answered, later callers start a fresh fill instead
+/// of joining the removed one, and the old fill does not land in the store.
+#[tokio::test(start_paused = true)]
+async fn clear_wakes_every_waiter_and_later_callers_start_fresh() {
+    let c = cache(10);
+    let old_gate = Arc::new(Notify::new());
+    let (c1, f1) = (c.clone(), gated(&old_gate, 1));
+    let leader = tokio::spawn(async move { c1.get_or_try_insert(1, forever, f1).await });
+    tokio::task::yield_now().await;
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let (cw, fw) = (c.clone(), gated(&old_gate, 99));
+        waiters.push(tokio::spawn(async move {
+            cw.get_or_try_insert(1, forever, fw).await
+        }));
+    }
+    tokio::task::yield_now().await;
+    assert_eq!(c.clear(), 0);
+    assert_eq!(
+        c.fills_in_flight(),
+        0,
+        "no new caller can join the removed fill"
+    );
+    let fresh = c
+        .get_or_try_insert(1, forever, || async { Ok::<u64, Boom>(2) })
+        .await
+        .unwrap();
+    assert_eq!((fresh.value, fresh.source), (2, Source::Filled));
+    old_gate.notify_waiters();
+    assert_eq!(leader.await.unwrap().unwrap().value, 1);
+    for w in waiters {
+        assert_eq!(w.await.unwrap().unwrap().value, 1);
+    }
+    assert_eq!(c.get(&1), Some(2), "the new fill's value stays");
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_time_out_but_the_fill_goes_on() {
+    let c: Cache<u64, u64> = Cache::builder(10)
+        .clock(TokioClock::new())
+        .wait_timeout(SEC)
+        .build();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (c1, f1) = (c.clone(), counted(&runs, 1, Duration::from_secs(5)));
+    let leader = tokio::spawn(async move { c1.get_or_try_insert(1, forever, f1).await });
+    tokio::task::yield_now().await;
+    let e = c
+        .get_or_try_insert(1, forever, counted(&runs, 2, SEC))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, FetchError::TimedOut));
+    assert_eq!(c.stats().wait_timeouts, 1);
+    assert_eq!(leader.await.unwrap().unwrap().value, 1);
+    assert_eq!(c.get(&1), Some(1));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn detached_fill_survives_its_caller() {
+    let c = cache(10);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (c1, f1) = (c.clone(), counted(&runs, 1, SEC));
+    let caller = tokio::spawn(async move {
+        c1.get_or_try_insert_detached(1, forever, f1, Duration::from_secs(10))
+            .await
+    });
+    tokio::task::yield_now().await;
+    caller.abort();
+    let _ = caller.await;
+    sleep(Duration::from_secs(2)).await;
+    assert_eq!(c.get(&1), Some(1), "the detached fill finished and stored");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(c.fills_in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn detached_fill_times_out_for_everyone_and_is_not_cached() {
+    let c = cache(10);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (c1, f1) = (c.clone(), counted(&runs, 1, Duration::from_secs(60)));
+    let leader =
+        tokio::spawn(async move { c1.get_or_try_insert_detached(1, forever, f1, SEC).await });
+    tokio::task::yield_now().await;
+    let (c2, f2) = (c.clone(), counted(&runs, 2, SEC));
+    let waiter = tokio::spawn(async move { c2.get_or_try_insert(1, forever, f2).await });
+    let a = leader.await.unwrap().unwrap_err();
+    let b = waiter.await.unwrap().unwrap_err();
+    assert!(matches!(a, FetchError::FillTimedOut));
+    assert!(matches!(b, FetchError::FillTimedOut));
+    assert_eq!(c.stats().fill_timeouts, 1);
+    let got = c
+        .get_or_try_insert_detached(1, forever, counted(&runs, 3, Duration::ZERO), SEC)
+        .await
+        .unwrap();
+    assert_eq!((got.value, got.source), (3, Source::Filled));
+}
+
+#[tokio::test(start_paused = true)]
+async fn capacity_zero_and_ttl_zero_still_coalesce_and_return_values() {
+    let c = cache(0);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (c1, f1) = (c.clone(), counted(&runs, 1, SEC));
+    let a = tokio::spawn(async move { c1.get_or_try_insert(1, forever, f1).await });
+    tokio::task::yield_now().await;
+    let b = c
+        .get_or_try_insert(1, forever, counted(&runs, 2, SEC))
+        .await
+        .unwrap();
+    assert_eq!(a.await.unwrap().unwrap().value, 1);
+    assert_eq!((b.value, b.source), (1, Source::Joined));
+    assert!(c.is_empty());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    let c = cache(10);
+    let got = c
+        .get_or_try_insert(1, |_| Duration::ZERO, counted(&runs, 5, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(got.value, 5);
+    assert!(c.is_empty(), "TTL 0: returned, not stored");
+}
+
+#[tokio::test(start_paused = true)]
+async fn ttl_from_the_value_applies() {
+    let c = cache(10);
+    c.get_or_try_insert(
+        1,
+        |v: &u64| Duration::from_secs(*v),
+        || async { Ok::<u64, Boom>(3) },
+    )
+    .await
+    .unwrap();
+    advance(Duration::from_millis(2999)).await;
+    assert_eq!(c.get(&1), Some(3));
+    advance(Duration::from_millis(1)).await;
+    assert_eq!(c.get(&1), None);
+}

@@ -1,0 +1,451 @@
+//! Plain-store semantics: TTLs on a manual clock, capacity as a hard bound (checked against a model
+//! over a long pseudo-random op sequence), weigher rejection, capacity 0, TTL 0, `set_capacity`,
+//! purge, clear, stats, determinism under a seed, admission.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ttl_lru::{Admission, Cache, Freshness, InsertError, ManualClock};
+
+const SEC: Duration = Duration::from_secs(1);
+const FOREVER: Duration = Duration::MAX;
+
+fn cache(capacity: u64, clock: &ManualClock) -> Cache<u64, u64> {
+    Cache::builder(capacity)
+        .clock(clock.clone())
+        .seed(1)
+        .build()
+}
+
+#[test]
+fn insert_get_remove_roundtrip() {
+    let clock = ManualClock::new();
+    let c = cache(100, &clock);
+    assert!(c.is_empty());
+    assert_eq!(c.insert(1, 10, FOREVER), Ok(true));
+    assert_eq!(c.insert(2, 20, FOREVER), Ok(true));
+    assert_eq!(c.get(&1), Some(10));
+    assert!(c.contains_key(&2));
+    assert_eq!(c.len(), 2);
+    assert_eq!(c.insert(1, 11, FOREVER), Ok(true));
+    assert_eq!(c.get(&1), Some(11));
+    assert_eq!(c.len(), 2, "replacing does not grow");
+    assert_eq!(c.remove(&1), Some(11));
+    assert_eq!(c.get(&1), None);
+    assert_eq!(c.remove(&1), None);
+    assert_eq!(c.len(), 1);
+}
+
+#[test]
+fn borrowed_lookups_work() {
+    let c: Cache<String, u32> = Cache::new(10);
+    c.insert("key".to_string(), 1, FOREVER).unwrap();
+    assert_eq!(c.get("key"), Some(1));
+    assert!(c.contains_key("key"));
+    assert_eq!(c.remove("key"), Some(1));
+}
+
+#[test]
+fn entries_expire_after_their_ttl() {
+    let clock = ManualClock::new();
+    let c = cache(100, &clock);
+    c.insert(1, 10, SEC).unwrap();
+    c.insert(2, 20, FOREVER).unwrap();
+    clock.advance(Duration::from_millis(999));
+    assert_eq!(c.get(&1), Some(10));
+    let e = c.lookup(&1).unwrap();
+    assert_eq!(e.expires_in(), Some(Duration::from_millis(1)));
+    assert!(e.is_fresh());
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(c.get(&1), None);
+    assert!(c.lookup(&1).is_none(), "no stale window configured");
+    assert!(!c.contains_key(&1));
+    assert_eq!(c.get(&2), Some(20));
+    assert_eq!(c.lookup(&2).unwrap().expires_in(), None);
+    assert_eq!(c.len(), 2, "expired entries stay until purged or evicted");
+    assert_eq!(c.purge_expired(), 1);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c.stats().expirations, 1);
+}
+
+#[test]
+fn lookup_marks_stale_entries_inside_the_window() {
+    let clock = ManualClock::new();
+    let c: Cache<u64, u64> = Cache::builder(10)
+        .clock(clock.clone())
+        .stale_while_revalidate(Duration::from_secs(5))
+        .build();
+    c.insert(1, 10, SEC).unwrap();
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(c.get(&1), None, "get only returns fresh values");
+    let e = c.lookup(&1).unwrap();
+    assert_eq!(e.freshness(), Freshness::Stale);
+    assert_eq!(e.expires_in(), Some(Duration::ZERO));
+    assert_eq!(*e.value(), 10);
+    assert_eq!(c.purge_expired(), 0, "still servable stale");
+    clock.advance(Duration::from_secs(4));
+    assert!(c.lookup(&1).is_none());
+    assert_eq!(c.purge_expired(), 1);
+}
+
+#[test]
+fn ttl_zero_stores_nothing_and_removes_the_old_value() {
+    let clock = ManualClock::new();
+    let c = cache(10, &clock);
+    c.insert(1, 10, FOREVER).unwrap();
+    assert_eq!(c.insert(1, 11, Duration::ZERO), Ok(false));
+    assert_eq!(c.get(&1), None);
+    assert!(c.is_empty());
+}
+
+#[test]
+fn ttl_zero_with_a_stale_window_is_stored_stale() {
+    let clock = ManualClock::new();
+    let c: Cache<u64, u64> = Cache::builder(10)
+        .clock(clock.clone())
+        .stale_while_revalidate(SEC)
+        .build();
+    assert_eq!(c.insert(1, 10, Duration::ZERO), Ok(true));
+    assert_eq!(c.get(&1), None);
+    assert!(c.lookup(&1).unwrap().is_stale());
+}
+
+#[test]
+fn capacity_zero_stores_nothing_with_a_typed_error() {
+    let c: Cache<u64, u64> = Cache::new(0);
+    assert_eq!(
+        c.insert(1, 1, FOREVER),
+        Err(InsertError::TooHeavy {
+            weight: 1,
+            limit: 0
+        })
+    );
+    assert!(c.is_empty());
+    assert_eq!(c.get(&1), None);
+    assert_eq!(c.stats().rejections, 1);
+}
+
+#[test]
+fn overweight_entries_are_rejected_with_the_reason() {
+    let c: Cache<u64, Vec<u8>> = Cache::builder(100)
+        .shards(1)
+        .weigher(|_, v: &Vec<u8>| v.len() as u64)
+        .build();
+    assert_eq!(c.insert(1, vec![0; 60], FOREVER), Ok(true));
+    let err = c.insert(2, vec![0; 101], FOREVER).unwrap_err();
+    assert_eq!(
+        err,
+        InsertError::TooHeavy {
+            weight: 101,
+            limit: 100
+        }
+    );
+    assert!(err.to_string().contains("101"));
+    // A too-heavy replacement removes the outdated old value.
+    assert!(c.insert(1, vec![0; 500], FOREVER).is_err());
+    assert_eq!(c.get(&1), None);
+}
+
+#[test]
+fn weight_is_a_hard_bound() {
+    let c: Cache<u64, Vec<u8>> = Cache::builder(100)
+        .shards(1)
+        .weigher(|_, v: &Vec<u8>| v.len() as u64)
+        .build();
+    for k in 0..50u64 {
+        c.insert(k, vec![0; (k % 30 + 1) as usize], FOREVER)
+            .unwrap();
+        assert!(c.weight() <= 100, "weight {} after insert {k}", c.weight());
+    }
+    assert_eq!(c.stats().weight, c.weight());
+}
+
+#[test]
+fn set_capacity_shrinks_before_returning() {
+    let c: Cache<u64, u64> = Cache::builder(1000).shards(4).build();
+    for k in 0..1000 {
+        c.insert(k, k, FOREVER).unwrap();
+    }
+    // Capacity is split per shard, so uneven hashing may already have evicted a few.
+    let before = c.len();
+    assert!(before > 900 && before <= 1000, "{before}");
+    let evicted = c.set_capacity(100);
+    assert_eq!(c.capacity(), 100);
+    assert!(c.len() <= 100);
+    assert_eq!(evicted, before - c.len());
+    let left = c.len();
+    assert_eq!(c.set_capacity(0), left);
+    assert!(c.is_empty());
+    assert!(c.insert(1, 1, FOREVER).is_err());
+    c.set_capacity(10);
+    assert_eq!(c.insert(1, 1, FOREVER), Ok(true));
+}
+
+#[test]
+fn clear_and_invalidate_all_empty_the_cache() {
+    let c: Cache<u64, u64> = Cache::new(100);
+    for k in 0..10 {
+        c.insert(k, k, FOREVER).unwrap();
+    }
+    assert_eq!(c.clear(), 10);
+    assert!(c.is_empty());
+    c.insert(1, 1, FOREVER).unwrap();
+    assert_eq!(c.invalidate_all(), 1);
+    assert_eq!(c.get(&1), None);
+}
+
+#[test]
+fn shrink_evicts_a_fraction() {
+    let c: Cache<u64, u64> = Cache::builder(1000).shards(1).build();
+    for k in 0..1000 {
+        c.insert(k, k, FOREVER).unwrap();
+    }
+    let evicted = c.shrink(0.25);
+    assert_eq!(evicted, 250);
+    assert_eq!(c.len(), 1000 - evicted);
+    assert_eq!(c.shrink(f64::NAN), 0);
+    c.shrink(1.0);
+    assert!(c.is_empty());
+}
+
+#[test]
+fn fenced_insert_loses_to_a_later_remove_or_insert() {
+    let c: Cache<u64, u64> = Cache::new(10);
+    let f = c.fence(&1);
+    c.remove(&1);
+    assert_eq!(c.insert_fenced(f, 1, 10, FOREVER), Ok(false));
+    assert_eq!(c.get(&1), None);
+    let f = c.fence(&1);
+    c.insert(1, 20, FOREVER).unwrap();
+    assert_eq!(c.insert_fenced(f, 1, 10, FOREVER), Ok(false));
+    assert_eq!(c.get(&1), Some(20));
+    let f = c.fence(&1);
+    assert_eq!(c.insert_fenced(f, 1, 30, FOREVER), Ok(true));
+    assert_eq!(c.get(&1), Some(30));
+    let f = c.fence(&1);
+    c.clear();
+    assert_eq!(c.insert_fenced(f, 1, 40, FOREVER), Ok(false));
+    assert_eq!(c.stats().fenced, 3);
+}
+
+#[test]
+fn stats_count_what_happened() {
+    let clock = ManualClock::new();
+    let c = cache(2, &clock);
+    c.insert(1, 1, SEC).unwrap();
+    c.insert(2, 2, FOREVER).unwrap();
+    assert_eq!(c.get(&1), Some(1));
+    assert_eq!(c.get(&3), None);
+    clock.advance(SEC);
+    assert_eq!(c.get(&1), None);
+    c.insert(3, 3, FOREVER).unwrap(); // evicts the expired key 1 (an expiration) or key 2
+    let s = c.stats();
+    assert_eq!(s.hits, 1);
+    assert_eq!(s.misses, 2);
+    assert_eq!(s.lookups, 3);
+    assert_eq!(s.inserts, 3);
+    assert_eq!(s.evictions + s.expirations, 1);
+    assert_eq!(s.size, 2);
+    assert_eq!(s.capacity, 2);
+    assert!((s.hit_ratio() - 1.0 / 3.0).abs() < 1e-9);
+}
+
+#[test]
+fn expired_samples_are_evicted_before_live_ones() {
+    // Half the entries are expired: with 5 samples almost every eviction sees one and takes it,
+    // where a blind choice would take a live entry half the time.
+    let clock = ManualClock::new();
+    let c: Cache<u64, u64> = Cache::builder(100)
+        .shards(1)
+        .seed(3)
+        .clock(clock.clone())
+        .build();
+    for k in 0..100 {
+        let ttl = if k % 2 == 0 { SEC } else { FOREVER };
+        c.insert(k, k, ttl).unwrap();
+    }
+    clock.advance(SEC * 2);
+    for k in 100..120 {
+        c.insert(k, k, FOREVER).unwrap();
+    }
+    let s = c.stats();
+    assert_eq!(s.expirations + s.evictions, 20);
+    assert!(
+        s.expirations >= 17,
+        "only {} of 20 victims were expired",
+        s.expirations
+    );
+}
+
+#[test]
+fn sampled_eviction_keeps_recently_used_entries() {
+    // Touch the first half after inserting everything; then overflow. Most survivors must be from
+    // the touched half.
+    let clock = ManualClock::new();
+    let c: Cache<u64, u64> = Cache::builder(1000)
+        .shards(1)
+        .clock(clock.clone())
+        .seed(9)
+        .build();
+    for k in 0..1000 {
+        clock.advance_ms(1);
+        c.insert(k, k, FOREVER).unwrap();
+    }
+    for k in 0..500 {
+        clock.advance_ms(1);
+        c.get(&k);
+    }
+    for k in 1000..1500 {
+        clock.advance_ms(1);
+        c.insert(k, k, FOREVER).unwrap();
+    }
+    let touched_kept = (0..500).filter(|k| c.contains_key(k)).count();
+    let untouched_kept = (500..1000).filter(|k| c.contains_key(k)).count();
+    assert!(
+        touched_kept > 4 * untouched_kept,
+        "touched {touched_kept} vs untouched {untouched_kept}"
+    );
+}
+
+/// A deterministic op sequence against a model: capacity is never exceeded, every value read back
+/// is the last one written for its key, removed keys are gone.
+#[test]
+fn capacity_model_check_over_random_ops() {
+    for (seed, shards, capacity, pool) in [
+        (1u64, 1, 64, true),
+        (2, 4, 200, true),
+        (3, 2, 50, false),
+        (4, 8, 1000, true),
+    ] {
+        let clock = ManualClock::new();
+        let c: Cache<u64, u64> = Cache::builder(capacity)
+            .shards(shards)
+            .seed(seed)
+            .eviction_pool(pool)
+            .clock(clock.clone())
+            .build();
+        let mut model: HashMap<u64, (u64, u64)> = HashMap::new(); // key -> (value, expires_at)
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut now = 0u64;
+        for step in 0..20_000u64 {
+            let r = next();
+            let key = r % (capacity * 3);
+            match (r >> 32) % 10 {
+                0..=3 => {
+                    let ttl = if (r >> 40) % 4 == 0 {
+                        5 + (r >> 44) % 20
+                    } else {
+                        u64::MAX
+                    };
+                    let d = if ttl == u64::MAX {
+                        FOREVER
+                    } else {
+                        Duration::from_millis(ttl)
+                    };
+                    assert_eq!(c.insert(key, step, d), Ok(true));
+                    model.insert(key, (step, now.saturating_add(ttl)));
+                }
+                4..=7 => {
+                    if let Some(v) = c.get(&key) {
+                        let (mv, exp) = model.get(&key).copied().expect("value never written");
+                        assert_eq!(v, mv, "stale value for key {key} at step {step}");
+                        assert!(now < exp, "expired value served");
+                    }
+                }
+                8 => {
+                    let got = c.remove(&key);
+                    if let Some(v) = got {
+                        assert_eq!(Some(v), model.get(&key).map(|m| m.0));
+                    }
+                    model.remove(&key);
+                    assert_eq!(c.get(&key), None);
+                }
+                _ => {
+                    now += 1;
+                    clock.advance_ms(1);
+                }
+            }
+            assert!(
+                c.len() as u64 <= capacity,
+                "len {} > {capacity} at step {step}",
+                c.len()
+            );
+        }
+        // Final sweep: everything still readable is the latest unexpired write.
+        for key in 0..capacity * 3 {
+            if let Some(v) = c.get(&key) {
+                let (mv, exp) = model[&key];
+                assert_eq!(v, mv);
+                assert!(now < exp);
+            }
+        }
+        assert!(!c.is_empty());
+    }
+}
+
+#[test]
+fn seeded_caches_behave_identically() {
+    let run = || {
+        let clock = ManualClock::new();
+        let c: Cache<u64, u64> = Cache::builder(100)
+            .seed(42)
+            .shards(2)
+            .clock(clock.clone())
+            .build();
+        for k in 0..1000u64 {
+            clock.advance_ms(1);
+            c.insert(k * 7 % 500, k, FOREVER).unwrap();
+            c.get(&(k % 50));
+        }
+        let mut keys: Vec<u64> = (0..500).filter(|k| c.contains_key(k)).collect();
+        keys.sort_unstable();
+        keys
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn tinylfu_admission_protects_frequent_keys_from_a_scan() {
+    let build = |admission| -> Cache<u64, u64> {
+        Cache::builder(100)
+            .shards(1)
+            .seed(5)
+            .admission(admission)
+            .build()
+    };
+    for admission in [Admission::Always, Admission::TinyLfu] {
+        let c = build(admission);
+        // A hot set of 50 keys, read often.
+        for _ in 0..20 {
+            for k in 0..50 {
+                if c.get(&k).is_none() {
+                    c.insert(k, k, FOREVER).unwrap();
+                }
+            }
+        }
+        // A one-pass scan of 1000 cold keys.
+        for k in 1000..2000 {
+            if c.get(&k).is_none() {
+                c.insert(k, k, FOREVER).unwrap();
+            }
+        }
+        let hot_kept = (0..50).filter(|k| c.contains_key(k)).count();
+        match admission {
+            Admission::TinyLfu => {
+                assert!(hot_kept >= 45, "TinyLFU kept only {hot_kept} hot keys");
+                assert!(c.stats().rejections > 0);
+            }
+            _ => assert!(
+                hot_kept < 10,
+                "plain LRU should lose the hot set to the scan, kept {hot_kept}"
+            ),
+        }
+        assert!(c.len() <= 100);
+    }
+}
