@@ -1,0 +1,189 @@
+//! Loom models of the store's racy transitions (run with `cargo xtask loom`, or
+//! `RUSTFLAGS="--cfg herd_loom" cargo test --release -p ttl-lru --test loom --target-dir target/loom`).
+//!
+//! Under `herd_loom` the shard's lock, recency stamps, refresh gates and invalidation fences are
+//! loom types, so these models explore every interleaving of: lookups against evicting inserts and
+//! swap-removes (a reader never sees another key's slot), purges against re-inserts, a fill's
+//! fenced publish against a concurrent remove, and the one-refresh gate.
+#![cfg(herd_loom)]
+
+use std::time::Duration;
+
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::thread;
+use ttl_lru::{Cache, ManualClock};
+
+const FOREVER: Duration = Duration::MAX;
+
+fn cache(capacity: u64, clock: &ManualClock) -> Cache<u64, u64> {
+    Cache::builder(capacity)
+        .shards(1)
+        .seed(7)
+        .samples(2)
+        .clock(clock.clone())
+        .build()
+}
+
+/// A reader looks up a key while another thread's insert evicts it (capacity 1): the reader gets
+/// the old value or nothing, never the new key's value; the bound holds afterwards.
+#[test]
+fn get_vs_evicting_insert() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let c = cache(1, &clock);
+        c.insert(1, 10, FOREVER).unwrap();
+        let reader = {
+            let c = c.clone();
+            thread::spawn(move || c.get(&1))
+        };
+        let writer = {
+            let c = c.clone();
+            thread::spawn(move || c.insert(2, 20, FOREVER).unwrap())
+        };
+        let seen = reader.join().unwrap();
+        assert!(writer.join().unwrap());
+        assert!(seen.is_none() || seen == Some(10), "reader saw {seen:?}");
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.get(&2), Some(20));
+    });
+}
+
+/// A remove swap-moves the last slot into the removed one while a reader looks up the moved key
+/// and a writer replaces another key in place: the moved key stays readable throughout.
+#[test]
+fn get_vs_swap_remove_vs_replace() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let c = cache(3, &clock);
+        for k in 1..=3 {
+            c.insert(k, k * 10, FOREVER).unwrap();
+        }
+        let remover = {
+            let c = c.clone();
+            thread::spawn(move || c.remove(&1))
+        };
+        let replacer = {
+            let c = c.clone();
+            thread::spawn(move || c.insert(2, 21, FOREVER).unwrap())
+        };
+        assert_eq!(c.get(&3), Some(30), "the moved entry must stay visible");
+        assert_eq!(remover.join().unwrap(), Some(10));
+        assert!(replacer.join().unwrap());
+        assert_eq!(c.get(&1), None);
+        assert_eq!(c.get(&2), Some(21));
+        assert_eq!(c.get(&3), Some(30));
+        assert_eq!(c.len(), 2);
+    });
+}
+
+/// An expired entry is purged while it is re-inserted and read: the purge never removes the fresh
+/// re-insert, and the expired value is never served.
+#[test]
+fn purge_expired_vs_reinsert_vs_get() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let c = cache(4, &clock);
+        c.insert(1, 10, Duration::from_millis(5)).unwrap();
+        clock.advance_ms(10);
+        let purger = {
+            let c = c.clone();
+            thread::spawn(move || c.purge_expired())
+        };
+        let writer = {
+            let c = c.clone();
+            thread::spawn(move || c.insert(1, 11, FOREVER).unwrap())
+        };
+        let seen = c.get(&1);
+        assert!(seen.is_none() || seen == Some(11), "served {seen:?}");
+        assert!(purger.join().unwrap() <= 1);
+        assert!(writer.join().unwrap());
+        assert_eq!(c.get(&1), Some(11));
+    });
+}
+
+/// Generation fencing: a fill reads the source after taking the key's fence and publishes with
+/// `insert_fenced`, while a writer updates the source and then removes the key. Whatever the
+/// interleaving, the cache never ends up holding a value older than the source.
+#[test]
+fn fenced_fill_vs_remove() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let c = cache(4, &clock);
+        let source = Arc::new(AtomicU64::new(1));
+        let filler = {
+            let (c, source) = (c.clone(), Arc::clone(&source));
+            thread::spawn(move || {
+                let fence = c.fence(&1);
+                let v = source.load(Ordering::SeqCst);
+                c.insert_fenced(fence, 1, v, FOREVER).unwrap()
+            })
+        };
+        source.store(2, Ordering::SeqCst);
+        c.remove(&1);
+        filler.join().unwrap();
+        let cached = c.get(&1);
+        assert!(
+            cached.is_none() || cached == Some(2),
+            "cache holds {cached:?}, source says 2"
+        );
+    });
+}
+
+/// Two readers find the same stale entry: exactly one claims its refresh.
+#[test]
+fn stale_refresh_is_claimed_once() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let c: Cache<u64, u64> = Cache::builder(4)
+            .shards(1)
+            .seed(7)
+            .stale_while_revalidate(Duration::from_secs(10))
+            .clock(clock.clone())
+            .build();
+        c.insert(1, 10, Duration::from_millis(5)).unwrap();
+        clock.advance_ms(10);
+        let other = {
+            let c = c.clone();
+            thread::spawn(move || c.try_claim_refresh(&1))
+        };
+        let mine = c.try_claim_refresh(&1);
+        let theirs = other.join().unwrap();
+        assert!(mine ^ theirs, "claims: {mine} {theirs}");
+    });
+}
+
+/// A claimed refresh that fails is released while another reader tries to claim, and a writer
+/// stores the refreshed value: never two refreshes of the same stale entry at once, and the new
+/// value is fresh (nothing left to claim) afterwards.
+#[test]
+fn refresh_release_vs_claim_vs_replace() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let c: Cache<u64, u64> = Cache::builder(4)
+            .shards(1)
+            .seed(7)
+            .stale_while_revalidate(Duration::from_secs(10))
+            .clock(clock.clone())
+            .build();
+        c.insert(1, 10, Duration::from_millis(5)).unwrap();
+        clock.advance_ms(10);
+        assert!(c.try_claim_refresh(&1));
+        let releaser = {
+            let c = c.clone();
+            thread::spawn(move || c.release_refresh(&1, Duration::ZERO))
+        };
+        let writer = {
+            let c = c.clone();
+            thread::spawn(move || c.insert(1, 11, FOREVER).unwrap())
+        };
+        // At most one of these two claims can succeed: the released gate reopens once.
+        let a = c.try_claim_refresh(&1);
+        let b = c.try_claim_refresh(&1);
+        assert!(!(a && b), "the gate was claimed twice after one release");
+        releaser.join().unwrap();
+        assert!(writer.join().unwrap());
+        assert!(!c.try_claim_refresh(&1), "a fresh entry needs no refresh");
+        assert_eq!(c.get(&1), Some(11));
+    });
+}
