@@ -20,5 +20,6 @@
 
 pub mod policy;
 pub mod rng;
+pub mod stores;
 pub mod trace;
 pub mod zipf;

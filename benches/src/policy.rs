@@ -205,7 +205,8 @@ impl SampledLru {
         }
         if self.pool_size > 0 {
             // Oldest last, so the best candidate pops off the end.
-            self.pool.sort_unstable_by_key(|&(_, stamp)| std::cmp::Reverse(stamp));
+            self.pool
+                .sort_unstable_by_key(|&(_, stamp)| std::cmp::Reverse(stamp));
             let excess = self.pool.len().saturating_sub(self.pool_size);
             self.pool.drain(..excess);
             while let Some((key, stamp)) = self.pool.pop() {
