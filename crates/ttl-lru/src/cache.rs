@@ -279,8 +279,9 @@ where
     }
 
     /// Removes the key's entry, returning its value (also if expired). A fill of this key that
-    /// started earlier will not store its result (its callers still get it), and later callers
-    /// start a fresh fill.
+    /// started earlier will not store its result; its callers still get it, including callers that
+    /// join it after this remove. [`invalidate`](Self::invalidate) also detaches that fill, so
+    /// later callers start a fresh one.
     pub fn remove<Q>(&self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,

@@ -285,6 +285,8 @@ impl<K: Eq, V> Table<K, V> {
 }
 
 /// A shard: its table behind a lock, its invalidation fences, counters and admission sketch.
+/// Aligned to 128 bytes so one shard's lock word never shares a cache line with its neighbour's.
+#[repr(align(128))]
 pub(crate) struct Shard<K, V> {
     table: RwLock<Table<K, V>>,
     fences: [AtomicU64; FENCE_STRIPES],

@@ -534,3 +534,25 @@ async fn ttl_from_the_value_applies() {
     advance(Duration::from_millis(1)).await;
     assert_eq!(c.get(&1), None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn invalidate_detaches_the_fill_so_later_callers_start_fresh() {
+    let c = cache(10);
+    let gate = Arc::new(Notify::new());
+    let (c1, f1) = (c.clone(), gated(&gate, 1));
+    let old = tokio::spawn(async move { c1.get_or_try_insert(1, forever, f1).await });
+    tokio::task::yield_now().await;
+    assert_eq!(c.invalidate(&1), None);
+    let fresh = c
+        .get_or_try_insert(1, forever, || async { Ok::<u64, Boom>(2) })
+        .await
+        .unwrap();
+    assert_eq!((fresh.value, fresh.source), (2, Source::Filled));
+    gate.notify_waiters();
+    assert_eq!(old.await.unwrap().unwrap().value, 1);
+    assert_eq!(
+        c.get(&1),
+        Some(2),
+        "the detached old fill did not overwrite the fresh one"
+    );
+}
