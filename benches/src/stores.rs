@@ -49,6 +49,30 @@ pub trait Store: Send + Sync {
     fn settle(&self) {}
 }
 
+/// herd's `ttl_lru::Cache` with its defaults (coarse clock, sampled eviction with the pool, default
+/// shard count) and a one-hour TTL on every insert.
+pub struct TtlLruStore(ttl_lru::Cache<u64, u64>);
+
+impl TtlLruStore {
+    /// A cache bounded to `capacity` entries.
+    pub fn new(capacity: usize) -> Self {
+        Self(ttl_lru::Cache::builder(capacity as u64).build())
+    }
+}
+
+impl Store for TtlLruStore {
+    fn name(&self) -> &'static str {
+        "ttl-lru"
+    }
+    fn get(&self, key: u64) -> Option<u64> {
+        self.0.get(&key)
+    }
+    fn insert(&self, key: u64, value: u64) {
+        // Only a weigher or capacity 0 can refuse an entry; neither is configured here.
+        let _ = self.0.insert(key, value, Duration::from_secs(3600));
+    }
+}
+
 /// moka's `sync::Cache` (TinyLFU admission, lock-free reads, batched maintenance).
 pub struct MokaSync(moka::sync::Cache<u64, u64, RandomState>);
 
@@ -433,6 +457,7 @@ impl Store for ShardedFloor {
 /// Every store in the comparison, each bounded to `capacity` entries, in table order.
 pub fn all_stores(capacity: usize) -> Vec<Box<dyn Store>> {
     vec![
+        Box::new(TtlLruStore::new(capacity)),
         Box::new(ShardedFloor::new(capacity, 64)),
         Box::new(QuickCache::new(capacity)),
         Box::new(MokaSync::new(capacity as u64)),

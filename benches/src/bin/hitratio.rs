@@ -3,12 +3,14 @@
 //! markdown tables with each policy's distance from exact LRU.
 //!
 //! `cargo run --release -p benches --bin hitratio -- [--trace NAME]... [--quick] [--no-peers]
-//! [--trace-dir DIR]` where NAME is one of OLTP, P2, P3, P6, P12, zipf0.8, zipf1.0, zipf1.2.
+//! [--no-model] [--trace-dir DIR]` where NAME is one of OLTP, P2, P3, P6, P12, zipf0.8, zipf1.0, zipf1.2.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use benches::policy::{ExactLru, MokaSync, Policy, QuickCache, SampledLru, SimResult, simulate};
+use benches::policy::{
+    ExactLru, MokaSync, Policy, QuickCache, SampledLru, SimResult, TtlLru, TtlLruConfig, simulate,
+};
 use benches::trace::{ARC_TRACES, ArcTrace, TRACE_DIR_ENV, trace_dirs};
 use benches::zipf::Zipf;
 
@@ -33,12 +35,13 @@ struct Options {
     traces: Vec<String>,
     quick: bool,
     peers: bool,
+    model: bool,
     trace_dirs: Vec<PathBuf>,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: hitratio [--trace NAME]... [--quick] [--no-peers] [--trace-dir DIR]\n\
+        "usage: hitratio [--trace NAME]... [--quick] [--no-peers] [--no-model] [--trace-dir DIR]\n\
          NAME: OLTP P2 P3 P6 P12 zipf0.8 zipf1.0 zipf1.2 (default: all)\n\
          --quick: OLTP and the zipf workloads at 500K requests only"
     );
@@ -50,6 +53,7 @@ fn parse_args() -> Options {
         traces: Vec::new(),
         quick: false,
         peers: true,
+        model: true,
         trace_dirs: trace_dirs(),
     };
     let mut args = std::env::args().skip(1);
@@ -62,6 +66,7 @@ fn parse_args() -> Options {
             }
             "--quick" => opts.quick = true,
             "--no-peers" => opts.peers = false,
+            "--no-model" => opts.model = false,
             "-h" | "--help" => usage(),
             other => {
                 eprintln!("unknown argument {other:?}");
@@ -98,8 +103,38 @@ fn contender(
     }
 }
 
-fn contenders(peers: bool) -> Vec<Contender> {
+fn contenders(opts: &Options) -> Vec<Contender> {
     let mut list = vec![contender("exact LRU", |c| Box::new(ExactLru::new(c)))];
+    for pool in [false, true] {
+        for k in [1usize, 5, 10, 16] {
+            let config = TtlLruConfig {
+                samples: k,
+                pool,
+                admission: false,
+                shards: 1,
+            };
+            list.push(ttl_lru_contender(config));
+        }
+    }
+    let default = TtlLruConfig {
+        samples: ttl_lru::DEFAULT_SAMPLES,
+        pool: true,
+        admission: false,
+        shards: 8,
+    };
+    list.push(ttl_lru_contender(default));
+    list.push(ttl_lru_contender(TtlLruConfig {
+        admission: true,
+        shards: 1,
+        ..default
+    }));
+    list.push(ttl_lru_contender(TtlLruConfig {
+        admission: true,
+        ..default
+    }));
+    if !opts.model {
+        return with_peers(list, opts.peers);
+    }
     for pool in [0usize, 16] {
         for k in [1usize, 5, 10, 16] {
             let label = if pool == 0 {
@@ -112,6 +147,26 @@ fn contenders(peers: bool) -> Vec<Contender> {
             }));
         }
     }
+    with_peers(list, opts.peers)
+}
+
+fn ttl_lru_contender(config: TtlLruConfig) -> Contender {
+    let mut label = format!("ttl-lru k={}", config.samples);
+    if config.pool {
+        label.push_str(&format!(" + pool {}", ttl_lru::DEFAULT_POOL_SIZE));
+    }
+    if config.admission {
+        label.push_str(" + TinyLFU admission");
+    }
+    label.push_str(&format!(
+        ", {} shard{}",
+        config.shards,
+        if config.shards == 1 { "" } else { "s" }
+    ));
+    contender(label, move |c| Box::new(TtlLru::new(c, config)))
+}
+
+fn with_peers(mut list: Vec<Contender>, peers: bool) -> Vec<Contender> {
     if peers {
         list.push(contender("moka (TinyLFU, default)", |c| {
             Box::new(MokaSync::tiny_lfu(c as u64))
@@ -189,7 +244,7 @@ fn load_workload(name: &str, quick: bool, dirs: &[PathBuf]) -> Result<Workload, 
 
 fn main() {
     let opts = parse_args();
-    let contenders = contenders(opts.peers);
+    let contenders = contenders(&opts);
     let mut all_match = true;
     for name in &opts.traces {
         let workload = match load_workload(name, opts.quick, &opts.trace_dirs) {
