@@ -3,7 +3,7 @@
 //!
 //! Every lookup records its key's hash. When an insert of a new key needs to evict, the new key is
 //! admitted only if it has been requested more often (recently) than the chosen victim, so a burst
-//! of one-hit wonders cannot flush a hot working set. Counts decay by halving after `10 x width`
+//! of one-hit wonders cannot flush a hot working set. Counts decay by halving after `10 x capacity`
 //! records. Recording is a few relaxed atomic ops on per-shard memory; lost updates under races
 //! only make the estimate slightly lower, which is harmless. It loses to plain LRU on traces where
 //! new keys must displace old ones quickly (a shifting working set, a scan that is re-read soon).
@@ -44,7 +44,9 @@ pub(crate) struct FrequencySketch {
 impl FrequencySketch {
     /// A sketch sized for about `capacity` distinct hot keys.
     pub(crate) fn new(capacity: u64) -> Self {
-        let width = usize::try_from(capacity.clamp(16, 1 << 26))
+        // Four counters per row per entry of capacity: with fewer, a cold key too often collides
+        // with hot ones in every row and is admitted over a hot victim.
+        let width = usize::try_from(capacity.saturating_mul(4).clamp(64, 1 << 26))
             .unwrap_or(1 << 26)
             .next_power_of_two();
         let door_bits = width * 8;
@@ -54,7 +56,7 @@ impl FrequencySketch {
             mask: width - 1,
             door_mask: door_bits - 1,
             records: AtomicU64::new(0),
-            sample_size: 10 * width as u64,
+            sample_size: 10 * capacity.max(16),
         }
     }
 

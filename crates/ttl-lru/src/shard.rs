@@ -37,10 +37,43 @@ const LIVE_RANK_BASE: u64 = 1 << 62;
 /// to the same stripe, so unrelated fills in the shard rarely lose their publish.
 pub(crate) const FENCE_STRIPES: usize = 16;
 
-/// What an entry holds.
+/// What an entry holds. The error is boxed so the variant is one thin pointer: cached errors are
+/// rare, and a small `Stored` keeps a `u64 -> u64` slot at 64 bytes.
 pub(crate) enum Stored<V> {
     Value(V),
-    Error(ErasedError),
+    Error(Box<ErasedError>),
+}
+
+/// Entries removed under the lock, dropped after it is released. The common case (one victim)
+/// needs no allocation.
+struct Evicted<K, V> {
+    first: Option<Slot<K, V>>,
+    rest: Vec<Slot<K, V>>,
+}
+
+impl<K, V> Evicted<K, V> {
+    fn new() -> Self {
+        Self {
+            first: None,
+            rest: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, slot: Slot<K, V>) {
+        if self.first.is_none() {
+            self.first = Some(slot);
+        } else {
+            self.rest.push(slot);
+        }
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
 }
 
 /// One entry.
@@ -433,7 +466,7 @@ impl<K: Eq, V: Clone> Shard<K, V> {
                     }
                     Stored::Error(e) => {
                         self.counters.negative_hits.incr();
-                        return Probe::Negative(Arc::clone(e));
+                        return Probe::Negative(ErasedError::clone(e));
                     }
                 }
             }
@@ -540,7 +573,7 @@ impl<K: Eq, V: Clone> Shard<K, V> {
             self.counters.inserts.incr();
             return Ok(WriteOutcome::Stored);
         }
-        let mut evicted = Vec::new();
+        let mut evicted = Evicted::new();
         while t.weight + weight > t.capacity {
             let Some(v) = t.choose_victim(now, cfg, None) else {
                 break;
@@ -591,7 +624,16 @@ impl<K: Eq, V: Clone> Shard<K, V> {
             }
         }
         match expires_at {
-            Some(at) => self.write(hash, key, Stored::Error(error), at, 1, now, cfg, mode),
+            Some(at) => self.write(
+                hash,
+                key,
+                Stored::Error(Box::new(error)),
+                at,
+                1,
+                now,
+                cfg,
+                mode,
+            ),
             None => Ok(WriteOutcome::Expired),
         }
     }
@@ -611,8 +653,8 @@ impl<K: Eq, V: Clone> Shard<K, V> {
         now: u64,
         cfg: &ShardConfig,
         mut keep: Option<usize>,
-    ) -> Vec<Slot<K, V>> {
-        let mut evicted = Vec::new();
+    ) -> Evicted<K, V> {
+        let mut evicted = Evicted::new();
         while t.weight > t.capacity {
             let Some(v) = t.choose_victim(now, cfg, keep) else {
                 break;
@@ -687,7 +729,7 @@ impl<K: Eq, V: Clone> Shard<K, V> {
     pub(crate) fn shrink(&self, fraction: f64, now: u64, cfg: &ShardConfig) -> usize {
         let mut t = self.table.write();
         let target = ((t.slots.len() as f64) * fraction).ceil() as usize;
-        let mut evicted = Vec::with_capacity(target.min(t.slots.len()));
+        let mut evicted = Evicted::new();
         while evicted.len() < target {
             let Some(v) = t.choose_victim(now, cfg, None) else {
                 break;
@@ -753,6 +795,11 @@ mod tests {
 
     fn h(k: u64) -> u64 {
         k.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+
+    #[test]
+    fn a_u64_slot_fills_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Slot<u64, u64>>(), 64);
     }
 
     #[test]
