@@ -101,6 +101,18 @@ pub enum FillError {
     /// The storage backend failed.
     #[error(transparent)]
     Storage(StorageError),
+    /// The declared body length exceeds the cache's maximum body size; nothing was stored.
+    #[error("declared length {declared} exceeds the maximum body size of {limit} bytes")]
+    TooLarge {
+        /// The maximum body size.
+        limit: u64,
+        /// The length declared in the fill's meta.
+        declared: u64,
+    },
+    /// The backend cannot expose partial bodies, so the fill had to complete before any reader
+    /// could attach, and it was aborted.
+    #[error("the body write was aborted before it could be read: {0}")]
+    Aborted(AbortReason),
     /// The fill did not publish meta within the fill timeout.
     #[error("the fill timed out before the body started")]
     TimedOut,

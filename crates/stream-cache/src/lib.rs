@@ -33,6 +33,7 @@
 mod cell;
 mod disk;
 mod error;
+mod front;
 mod mem;
 mod state;
 mod sync;
@@ -44,6 +45,7 @@ pub mod loom_support;
 
 pub use disk::DiskStorage;
 pub use error::{BodyError, FillError, StorageError, WriteError};
+pub use front::{NoReaderPolicy, StreamCache, StreamCacheBuilder, Upstream};
 pub use mem::MemStorage;
 pub use state::{AbortKind, AbortReason, WriteState};
 pub use traits::{

@@ -318,3 +318,27 @@ pub async fn read_to_end(reader: &mut dyn BodyReader) -> Result<Vec<u8>, BodyErr
     }
     Ok(body)
 }
+
+/// Share one backend between several caches (or a cache and direct users).
+#[async_trait]
+impl<S: Storage + ?Sized> Storage for Arc<S> {
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+
+    async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError> {
+        (**self).lookup(key).await
+    }
+
+    async fn begin_write(
+        &self,
+        key: &CacheKey,
+        meta: ObjectMeta,
+    ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        (**self).begin_write(key, meta).await
+    }
+
+    async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
+        (**self).purge(key).await
+    }
+}

@@ -1,0 +1,490 @@
+//! `StreamCache`: the front users call. One caller per key fills (coalesced with `coalesce`);
+//! every caller gets a reader, attached to the partial body as soon as the filler publishes
+//! its meta.
+//!
+//! Why the flight ends at "meta published" rather than "body complete": followers then attach
+//! to the body while it streams (time to first byte is the upstream's, not the whole body's), and
+//! once the body streams the fill no longer belongs to any caller: it runs on a spawned task, so
+//! the caller that started it can go away without failing everybody else's body. Before meta is
+//! published the lead is a `coalesce::Leader` guard, so a cancelled filler hands the fill to
+//! another waiting caller.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use coalesce::{FlightError, Group, Joined, Leader};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use tokio::time::Instant;
+
+use crate::error::{BodyError, FillError, StorageError};
+use crate::state::{AbortReason, WriteState};
+use crate::traits::{
+    BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Hit, ObjectMeta, Storage,
+};
+
+/// How many times a caller re-runs lookup/join when a published object vanished (purged or
+/// replaced) before it could attach.
+const MAX_ATTEMPTS: usize = 4;
+
+/// What a fill produces: the object's meta, then its body as a stream of chunks.
+pub struct Upstream<E> {
+    /// Meta to store (a declared `expected_len` is checked when the body ends).
+    pub meta: ObjectMeta,
+    /// The body. An `Err` item aborts the write with `AbortReason::Upstream`.
+    pub body: BoxStream<'static, Result<Bytes, E>>,
+}
+
+impl<E> Upstream<E> {
+    /// Meta plus a body stream.
+    pub fn new(meta: ObjectMeta, body: BoxStream<'static, Result<Bytes, E>>) -> Self {
+        Upstream { meta, body }
+    }
+}
+
+/// What the fill does when every reader of a streaming body has gone away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum NoReaderPolicy {
+    /// Keep filling: the body is cached for later callers (the default).
+    #[default]
+    KeepFilling,
+    /// Abort the write (`AbortReason::NoReaders`) at the next chunk after the last reader left.
+    Abort,
+}
+
+/// Limits and policies of a [`StreamCache`].
+#[derive(Debug, Clone, Default)]
+pub struct StreamCacheBuilder {
+    max_body_size: Option<u64>,
+    fill_timeout: Option<Duration>,
+    reader_wait_timeout: Option<Duration>,
+    coalesce_wait_timeout: Option<Duration>,
+    no_reader_policy: NoReaderPolicy,
+}
+
+impl StreamCacheBuilder {
+    /// No limits, `NoReaderPolicy::KeepFilling`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bodies larger than this abort with `TooLarge` (a larger declared length is refused with
+    /// `FillError::TooLarge` before anything is stored).
+    pub fn max_body_size(mut self, bytes: u64) -> Self {
+        self.max_body_size = Some(bytes);
+        self
+    }
+
+    /// The whole fill (meta and body) must end within this time: before meta it fails with
+    /// `FillError::TimedOut`; afterwards the write aborts with `AbortReason::TimedOut`.
+    pub fn fill_timeout(mut self, timeout: Duration) -> Self {
+        self.fill_timeout = Some(timeout);
+        self
+    }
+
+    /// A reader that waits longer than this for the next bytes gets `BodyError::WaitTimedOut`
+    /// (and may read again).
+    pub fn reader_wait_timeout(mut self, timeout: Duration) -> Self {
+        self.reader_wait_timeout = Some(timeout);
+        self
+    }
+
+    /// A caller waiting for another caller's fill to publish meta gives up after this, with
+    /// `FillError::WaitTimedOut`.
+    pub fn wait_timeout(mut self, timeout: Duration) -> Self {
+        self.coalesce_wait_timeout = Some(timeout);
+        self
+    }
+
+    /// What a streaming fill does when no reader is left.
+    pub fn no_reader_policy(mut self, policy: NoReaderPolicy) -> Self {
+        self.no_reader_policy = policy;
+        self
+    }
+
+    /// A cache over `storage`.
+    pub fn build<S: Storage>(self, storage: S) -> StreamCache<S> {
+        let mut group = Group::builder();
+        if let Some(timeout) = self.coalesce_wait_timeout {
+            group = group.wait_timeout(timeout);
+        }
+        StreamCache {
+            storage: Arc::new(storage),
+            group: group.build(),
+            config: self,
+        }
+    }
+}
+
+/// What the leader publishes to the callers coalesced on it.
+#[derive(Clone)]
+struct Published {
+    meta: ObjectMeta,
+    /// Readers bound to the leader's write; `None` when the backend has no partial reads and the
+    /// object was stored complete (followers look it up).
+    source: Option<Arc<dyn BodySource>>,
+}
+
+/// Why a leader published no object (shared with its followers).
+#[derive(Debug)]
+enum LeadFailure {
+    Upstream(Arc<dyn std::error::Error + Send + Sync>),
+    Storage(StorageError),
+    TimedOut,
+    TooLarge { limit: u64, declared: u64 },
+    Aborted(AbortReason),
+}
+
+impl From<&LeadFailure> for FillError {
+    fn from(failure: &LeadFailure) -> Self {
+        match failure {
+            LeadFailure::Upstream(error) => FillError::Upstream(Arc::clone(error)),
+            LeadFailure::Storage(error) => FillError::Storage(error.clone()),
+            LeadFailure::TimedOut => FillError::TimedOut,
+            LeadFailure::TooLarge { limit, declared } => FillError::TooLarge {
+                limit: *limit,
+                declared: *declared,
+            },
+            LeadFailure::Aborted(reason) => FillError::Aborted(reason.clone()),
+        }
+    }
+}
+
+/// A read-through cache of streamed bodies over a [`Storage`].
+pub struct StreamCache<S: Storage> {
+    storage: Arc<S>,
+    group: Group<CacheKey, Published, LeadFailure>,
+    config: StreamCacheBuilder,
+}
+
+impl<S: Storage> Clone for StreamCache<S> {
+    fn clone(&self) -> Self {
+        StreamCache {
+            storage: Arc::clone(&self.storage),
+            group: self.group.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<S: Storage> std::fmt::Debug for StreamCache<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamCache")
+            .field("config", &self.config)
+            .field("fills_publishing", &self.group.in_flight())
+            .finish()
+    }
+}
+
+impl<S: Storage> StreamCache<S> {
+    /// A cache over `storage` with no limits (see [`StreamCacheBuilder`] for limits).
+    pub fn new(storage: S) -> Self {
+        StreamCacheBuilder::new().build(storage)
+    }
+
+    /// The storage behind this cache.
+    pub fn storage(&self) -> &S {
+        &self.storage
+    }
+
+    /// Fills that have not yet published meta.
+    pub fn fills_publishing(&self) -> usize {
+        self.group.in_flight()
+    }
+
+    /// Find `key` without filling.
+    ///
+    /// Cancel safety: as the storage's `lookup` (both shipped backends: nothing changes).
+    pub async fn lookup(&self, key: impl Into<CacheKey>) -> Result<Option<Hit>, StorageError> {
+        let hit = self.storage.lookup(&key.into()).await?;
+        Ok(hit.map(|hit| self.wrap(hit.meta, hit.body)))
+    }
+
+    /// Remove `key` (an in-progress write is aborted with `Purged`), and detach a fill that has
+    /// not yet published so later callers start afresh.
+    ///
+    /// Cancel safety: as the storage's `purge`.
+    pub async fn purge(&self, key: impl Into<CacheKey>) -> Result<bool, StorageError> {
+        let key = key.into();
+        self.group.forget(&key);
+        self.storage.purge(&key).await
+    }
+
+    /// Return a reader for `key`, running `fill` if nobody has the object and nobody is filling
+    /// it. Concurrent callers for one key share one fill: they get readers attached to its body
+    /// as soon as its meta is published, while it streams. Each reader ends with `Ok(None)` only
+    /// if the body was completely and successfully written.
+    ///
+    /// Cancel safety, at each await:
+    /// - the storage lookup: nothing changed;
+    /// - waiting on another caller's fill: this caller leaves the queue; the fill goes on;
+    /// - leading, while `fill` produces meta or the storage begins the write: the lead (a
+    ///   `coalesce::Leader` guard) passes to the next waiting caller, which runs its own `fill`;
+    ///   no object is left visible;
+    /// - once the write has begun the body is pumped by a spawned task before this function's
+    ///   next await, so dropping the caller does not stop the fill (see [`NoReaderPolicy`]). If
+    ///   the backend lacks partial reads, the leader awaits that task: dropped there, the fill
+    ///   still completes, and the lead passes on (the next caller finds the object or refills).
+    pub async fn get_or_fill<F, Fut, E>(
+        &self,
+        key: impl Into<CacheKey>,
+        fill: F,
+    ) -> Result<Hit, FillError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Upstream<E>, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let key = key.into();
+        let mut fill = Some(fill);
+        for _ in 0..MAX_ATTEMPTS {
+            if let Some(hit) = self
+                .storage
+                .lookup(&key)
+                .await
+                .map_err(FillError::Storage)?
+            {
+                return Ok(self.wrap(hit.meta, hit.body));
+            }
+            match self.group.join(key.clone()).await {
+                Joined::Leader(leader) => {
+                    // The object may have been published between our lookup and our lead.
+                    match self.storage.lookup(&key).await {
+                        Ok(Some(hit)) => {
+                            let published = Published {
+                                meta: hit.meta.clone(),
+                                source: None,
+                            };
+                            let _ = leader.finish(Ok(published));
+                            return Ok(self.wrap(hit.meta, hit.body));
+                        }
+                        Ok(None) => {}
+                        Err(error) => {
+                            let _ = leader.finish(Err(LeadFailure::Storage(error.clone())));
+                            return Err(FillError::Storage(error));
+                        }
+                    }
+                    let Some(fill) = fill.take() else {
+                        // Unreachable in practice: a caller leads at most once, as it returns.
+                        drop(leader);
+                        return Err(FillError::Abandoned);
+                    };
+                    return self.lead(leader, key, fill).await;
+                }
+                Joined::Done(Ok(published)) => match published.source {
+                    Some(source) => return Ok(self.wrap(published.meta, source.open())),
+                    // Stored complete: look it up on the next round.
+                    None => continue,
+                },
+                Joined::Done(Err(FlightError::Failed(failure))) => {
+                    return Err(FillError::from(&*failure));
+                }
+                Joined::Done(Err(FlightError::TimedOut)) => return Err(FillError::WaitTimedOut),
+                Joined::Done(Err(_)) => return Err(FillError::Abandoned),
+            }
+        }
+        Err(FillError::Vanished)
+    }
+
+    /// Run the fill as leader: publish meta and the write's reader source, spawn the body pump.
+    async fn lead<F, Fut, E>(
+        &self,
+        leader: Leader<CacheKey, Published, LeadFailure>,
+        key: CacheKey,
+        fill: F,
+    ) -> Result<Hit, FillError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Upstream<E>, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let deadline = self
+            .config
+            .fill_timeout
+            .map(|timeout| Instant::now() + timeout);
+        let fail = |leader: Leader<_, _, _>, failure: LeadFailure| {
+            let error = FillError::from(&failure);
+            let _ = leader.finish(Err(failure));
+            Err(error)
+        };
+        let upstream = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, fill()).await {
+                Ok(result) => result,
+                Err(_elapsed) => return fail(leader, LeadFailure::TimedOut),
+            },
+            None => fill().await,
+        };
+        let upstream = match upstream {
+            Ok(upstream) => upstream,
+            Err(error) => return fail(leader, LeadFailure::Upstream(Arc::new(error))),
+        };
+        if let (Some(limit), Some(declared)) =
+            (self.config.max_body_size, upstream.meta.expected_len)
+            && declared > limit
+        {
+            return fail(leader, LeadFailure::TooLarge { limit, declared });
+        }
+        let meta = upstream.meta.clone();
+        let writer = match self.storage.begin_write(&key, upstream.meta).await {
+            Ok(writer) => writer,
+            Err(error) => return fail(leader, LeadFailure::Storage(error)),
+        };
+        // No await from here until the pump is spawned and the meta published.
+        let source = writer.source();
+        let pump = Pump {
+            writer,
+            body: upstream.body,
+            deadline,
+            max_body_size: self.config.max_body_size,
+            no_reader_policy: self.config.no_reader_policy,
+            source: source.clone(),
+        };
+        match source {
+            Some(source) => {
+                let own_reader = source.open();
+                tokio::spawn(pump.run());
+                let _ = leader.finish(Ok(Published {
+                    meta: meta.clone(),
+                    source: Some(source),
+                }));
+                Ok(self.wrap(meta, own_reader))
+            }
+            None => {
+                let outcome = tokio::spawn(pump.run()).await;
+                match outcome {
+                    Ok(Ok(_len)) => {
+                        let _ = leader.finish(Ok(Published {
+                            meta: meta.clone(),
+                            source: None,
+                        }));
+                        match self
+                            .storage
+                            .lookup(&key)
+                            .await
+                            .map_err(FillError::Storage)?
+                        {
+                            Some(hit) => Ok(self.wrap(hit.meta, hit.body)),
+                            None => Err(FillError::Vanished),
+                        }
+                    }
+                    Ok(Err(reason)) => fail(leader, LeadFailure::Aborted(reason)),
+                    Err(_join_error) => {
+                        fail(leader, LeadFailure::Aborted(AbortReason::WriterDropped))
+                    }
+                }
+            }
+        }
+    }
+
+    fn wrap(&self, meta: ObjectMeta, body: Box<dyn BodyReader>) -> Hit {
+        let body = match self.config.reader_wait_timeout {
+            Some(timeout) => Box::new(TimedReader {
+                inner: body,
+                timeout,
+            }),
+            None => body,
+        };
+        Hit { meta, body }
+    }
+}
+
+/// Copies an upstream body into a writer, enforcing the limits. Runs on a spawned task; if the
+/// task is dropped (runtime shutdown) the writer's drop aborts the write.
+struct Pump<E> {
+    writer: Box<dyn BodyWriter>,
+    body: BoxStream<'static, Result<Bytes, E>>,
+    deadline: Option<Instant>,
+    max_body_size: Option<u64>,
+    no_reader_policy: NoReaderPolicy,
+    source: Option<Arc<dyn BodySource>>,
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
+    /// Await `future` before the fill deadline; `None` if the deadline passed first.
+    async fn before_deadline<T>(
+        deadline: Option<Instant>,
+        future: impl Future<Output = T>,
+    ) -> Option<T> {
+        match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
+            None => Some(future.await),
+        }
+    }
+
+    fn abort(self, reason: AbortReason) -> Result<u64, AbortReason> {
+        self.writer.abort(reason.clone());
+        Err(reason)
+    }
+
+    async fn run(mut self) -> Result<u64, AbortReason> {
+        let mut written = 0u64;
+        loop {
+            let Some(next) = Self::before_deadline(self.deadline, self.body.next()).await else {
+                return self.abort(AbortReason::TimedOut);
+            };
+            let chunk = match next {
+                None => {
+                    return match Self::before_deadline(self.deadline, self.writer.finish()).await {
+                        Some(result) => result.map_err(|error| error.reason().clone()),
+                        // The finish future (and the writer in it) was dropped: aborted as
+                        // WriterDropped unless the completion was already applied.
+                        None => Err(AbortReason::TimedOut),
+                    };
+                }
+                Some(Err(error)) => return self.abort(AbortReason::upstream(error)),
+                Some(Ok(chunk)) => chunk,
+            };
+            let n = chunk.len() as u64;
+            if let Some(limit) = self.max_body_size
+                && written + n > limit
+            {
+                return self.abort(AbortReason::TooLarge { limit });
+            }
+            match Self::before_deadline(self.deadline, self.writer.write(chunk)).await {
+                None => return self.abort(AbortReason::TimedOut),
+                Some(Err(error)) => return Err(error.reason().clone()),
+                Some(Ok(())) => written += n,
+            }
+            if self.no_reader_policy == NoReaderPolicy::Abort
+                && self.source.as_ref().and_then(|s| s.reader_count()) == Some(0)
+            {
+                return self.abort(AbortReason::NoReaders);
+            }
+        }
+    }
+}
+
+/// A reader whose every wait is bounded by the reader wait timeout.
+struct TimedReader {
+    inner: Box<dyn BodyReader>,
+    timeout: Duration,
+}
+
+#[async_trait]
+impl BodyReader for TimedReader {
+    /// Cancel safety: as the inner reader; a timeout is a cancelled read, so nothing is lost.
+    async fn read(&mut self) -> Result<Option<Bytes>, BodyError> {
+        tokio::time::timeout(self.timeout, self.inner.read())
+            .await
+            .unwrap_or(Err(BodyError::WaitTimedOut))
+    }
+
+    /// Cancel safety: as the inner reader.
+    async fn seek(&mut self, range: ByteRange) -> Result<(), BodyError> {
+        tokio::time::timeout(self.timeout, self.inner.seek(range))
+            .await
+            .unwrap_or(Err(BodyError::WaitTimedOut))
+    }
+
+    fn state(&self) -> WriteState {
+        self.inner.state()
+    }
+
+    fn position(&self) -> u64 {
+        self.inner.position()
+    }
+}

@@ -1,0 +1,219 @@
+//! Backend-specific guarantees: `DiskStorage` never serves a temp or torn file and cleans
+//! leftovers on restart; `MemStorage` shares chunks with readers (no copies), stays within its
+//! byte bound and evicts complete objects only.
+
+mod common;
+
+use bytes::Bytes;
+use common::{TempDir, drain};
+use stream_cache::{CacheKey, DiskStorage, MemStorage, ObjectMeta, Storage};
+
+fn key(name: &str) -> CacheKey {
+    CacheKey::from(name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_restart_cleans_leftovers_and_keeps_complete_objects() {
+    let dir = TempDir::new();
+    {
+        let storage = DiskStorage::open(dir.path()).await.unwrap();
+        let mut done = storage
+            .begin_write(&key("done"), ObjectMeta::new("kept"))
+            .await
+            .unwrap();
+        done.write(Bytes::from_static(b"complete body"))
+            .await
+            .unwrap();
+        done.finish().await.unwrap();
+
+        let mut crashed = storage
+            .begin_write(&key("crashed"), ObjectMeta::default())
+            .await
+            .unwrap();
+        crashed.write(Bytes::from_static(b"half")).await.unwrap();
+        // A crash: the writer never runs its drop.
+        std::mem::forget(crashed);
+    }
+    let tmp = dir.path().join("tmp");
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        1,
+        "the interrupted write left a temp file"
+    );
+
+    let storage = DiskStorage::open(dir.path()).await.unwrap();
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "restart removes leftovers"
+    );
+    assert!(storage.lookup(&key("crashed")).await.unwrap().is_none());
+    let mut hit = storage
+        .lookup(&key("done"))
+        .await
+        .unwrap()
+        .expect("complete object persists");
+    assert_eq!(hit.meta.user, "kept");
+    let (body, end) = drain(&mut *hit.body).await;
+    assert!(end.is_ok());
+    assert_eq!(body, b"complete body");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_never_serves_a_torn_object_file() {
+    let dir = TempDir::new();
+    let storage = DiskStorage::open(dir.path()).await.unwrap();
+    let mut w = storage
+        .begin_write(&key("torn"), ObjectMeta::default())
+        .await
+        .unwrap();
+    w.write(Bytes::from_static(b"0123456789")).await.unwrap();
+    w.finish().await.unwrap();
+    let objects: Vec<_> = std::fs::read_dir(dir.path().join("objects"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(objects.len(), 1);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&objects[0])
+        .unwrap();
+    let len = file.metadata().unwrap().len();
+    file.set_len(len - 1).unwrap(); // lose the end of the footer
+    assert!(storage.lookup(&key("torn")).await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_reader_of_complete_object_survives_purge() {
+    let dir = TempDir::new();
+    let storage = DiskStorage::open(dir.path()).await.unwrap();
+    let mut w = storage
+        .begin_write(&key("k"), ObjectMeta::default())
+        .await
+        .unwrap();
+    w.write(Bytes::from_static(b"still readable"))
+        .await
+        .unwrap();
+    w.finish().await.unwrap();
+    let mut hit = storage.lookup(&key("k")).await.unwrap().unwrap();
+    assert!(storage.purge(&key("k")).await.unwrap());
+    assert!(storage.lookup(&key("k")).await.unwrap().is_none());
+    let (body, end) = drain(&mut *hit.body).await;
+    assert!(end.is_ok());
+    assert_eq!(body, b"still readable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_abort_removes_the_temp_file() {
+    let dir = TempDir::new();
+    let storage = DiskStorage::open(dir.path()).await.unwrap();
+    let mut w = storage
+        .begin_write(&key("k"), ObjectMeta::default())
+        .await
+        .unwrap();
+    w.write(Bytes::from_static(b"doomed")).await.unwrap();
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+        1
+    );
+    drop(w);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+        0
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("objects"))
+            .unwrap()
+            .count(),
+        0
+    );
+    assert_eq!(storage.writes_in_progress(), 0);
+}
+
+#[tokio::test]
+async fn mem_readers_share_the_writers_chunks() {
+    let storage = MemStorage::new(1 << 20);
+    let chunk = Bytes::from(vec![7u8; 4096]);
+    let mut w = storage
+        .begin_write(&key("k"), ObjectMeta::default())
+        .await
+        .unwrap();
+    let mut early = storage.lookup(&key("k")).await.unwrap().unwrap();
+    w.write(chunk.clone()).await.unwrap();
+    w.finish().await.unwrap();
+    let mut late = storage.lookup(&key("k")).await.unwrap().unwrap();
+    for reader in [&mut early, &mut late] {
+        let got = reader.body.read().await.unwrap().unwrap();
+        assert_eq!(
+            got.as_ptr(),
+            chunk.as_ptr(),
+            "a reader got a copy, not the shared chunk"
+        );
+        assert_eq!(got.len(), chunk.len());
+    }
+}
+
+#[tokio::test]
+async fn mem_evicts_complete_objects_only() {
+    let storage = MemStorage::new(100);
+    let body = |n: usize| Bytes::from(vec![b'x'; n]);
+
+    let mut a = storage
+        .begin_write(&key("a"), ObjectMeta::default())
+        .await
+        .unwrap();
+    a.write(body(60)).await.unwrap();
+    a.finish().await.unwrap();
+    assert_eq!(storage.used_bytes(), 60);
+
+    // An in-progress write pushes usage over the bound: the complete object goes.
+    let mut b = storage
+        .begin_write(&key("b"), ObjectMeta::default())
+        .await
+        .unwrap();
+    b.write(body(60)).await.unwrap();
+    assert!(storage.lookup(&key("a")).await.unwrap().is_none());
+    assert_eq!(storage.used_bytes(), 60);
+
+    // Two in-progress writes over the bound: neither is evicted from under its readers.
+    let mut c = storage
+        .begin_write(&key("c"), ObjectMeta::default())
+        .await
+        .unwrap();
+    let mut c_reader = storage.lookup(&key("c")).await.unwrap().unwrap();
+    c.write(body(60)).await.unwrap();
+    assert_eq!(storage.used_bytes(), 120);
+    assert!(storage.lookup(&key("b")).await.unwrap().is_some());
+
+    // Once b completes it is evictable again, and goes; c keeps streaming.
+    b.finish().await.unwrap();
+    assert!(storage.lookup(&key("b")).await.unwrap().is_none());
+    assert!(storage.used_bytes() <= 100);
+    c.finish().await.unwrap();
+    let (got, end) = drain(&mut *c_reader.body).await;
+    assert!(end.is_ok());
+    assert_eq!(got.len(), 60);
+    assert!(storage.lookup(&key("c")).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn mem_accounting_returns_to_zero() {
+    let storage = MemStorage::new(1 << 20);
+    let mut w = storage
+        .begin_write(&key("k"), ObjectMeta::default())
+        .await
+        .unwrap();
+    w.write(Bytes::from_static(b"12345")).await.unwrap();
+    w.finish().await.unwrap();
+    let mut aborted = storage
+        .begin_write(&key("j"), ObjectMeta::default())
+        .await
+        .unwrap();
+    aborted.write(Bytes::from_static(b"678")).await.unwrap();
+    assert_eq!(storage.used_bytes(), 8);
+    drop(aborted);
+    assert_eq!(storage.used_bytes(), 5);
+    assert!(storage.purge(&key("k")).await.unwrap());
+    assert_eq!(storage.used_bytes(), 0);
+    assert!(storage.is_empty());
+}

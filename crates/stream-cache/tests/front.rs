@@ -1,0 +1,503 @@
+//! `StreamCache` behaviour: coalesced fills whose followers attach while the body streams,
+//! hand-off when a filler is cancelled before publishing, detached fills, limits and timeouts
+//! (on tokio's paused clock), the no-reader policy, and cancellation sweeps over `get_or_fill`
+//! and `read`.
+
+mod common;
+
+use std::io;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::drain;
+use futures::StreamExt;
+use stream_cache::{
+    AbortKind, AbortReason, BodyError, FillError, MemStorage, NoReaderPolicy, ObjectMeta, Storage,
+    StreamCache, StreamCacheBuilder, Upstream, WriteState,
+};
+use tokio::sync::mpsc;
+
+type Chunks = mpsc::UnboundedSender<Result<Bytes, io::Error>>;
+
+/// An upstream whose body the test feeds through the returned sender.
+fn channel_upstream(meta: ObjectMeta) -> (Upstream<io::Error>, Chunks) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let body = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
+    .boxed();
+    (Upstream::new(meta, body), tx)
+}
+
+fn ready_upstream(chunks: &[&'static str]) -> Upstream<io::Error> {
+    let items: Vec<Result<Bytes, io::Error>> = chunks
+        .iter()
+        .map(|c| Ok(Bytes::from_static(c.as_bytes())))
+        .collect();
+    Upstream::new(
+        ObjectMeta::new("meta"),
+        futures::stream::iter(items).boxed(),
+    )
+}
+
+fn send(tx: &Chunks, chunk: &'static str) {
+    tx.send(Ok(Bytes::from_static(chunk.as_bytes()))).unwrap();
+}
+
+fn abort_kind<T: std::fmt::Debug>(result: &Result<T, BodyError>) -> Option<AbortKind> {
+    match result {
+        Err(BodyError::Aborted(reason)) => Some(reason.kind()),
+        _ => None,
+    }
+}
+
+async fn no_fill() -> Result<Upstream<io::Error>, io::Error> {
+    panic!("this caller must not fill")
+}
+
+/// Followers attach while the body streams (before completion) and all see identical bytes.
+async fn followers_attach_to_partial_body<S: Storage>(cache: StreamCache<S>) {
+    let fills = AtomicUsize::new(0);
+    let (upstream, tx) = channel_upstream(ObjectMeta::new("m"));
+    let mut leader = cache
+        .get_or_fill("k", || async {
+            fills.fetch_add(1, Ordering::SeqCst);
+            Ok(upstream)
+        })
+        .await
+        .unwrap();
+    send(&tx, "first ");
+    assert_eq!(
+        leader.body.read().await.unwrap().as_deref(),
+        Some(&b"first "[..])
+    );
+
+    let mut follower = cache.get_or_fill("k", no_fill).await.unwrap();
+    assert_eq!(follower.meta.user, "m");
+    assert!(matches!(follower.body.state(), WriteState::Partial(_)));
+    assert_eq!(
+        follower.body.read().await.unwrap().as_deref(),
+        Some(&b"first "[..])
+    );
+
+    send(&tx, "second");
+    drop(tx);
+    let (rest, end) = drain(&mut *leader.body).await;
+    assert!(end.is_ok());
+    assert_eq!(rest, b"second");
+    let (rest, end) = drain(&mut *follower.body).await;
+    assert!(end.is_ok());
+    assert_eq!(rest, b"second");
+    assert_eq!(fills.load(Ordering::SeqCst), 1);
+    assert_eq!(cache.fills_publishing(), 0);
+}
+
+#[tokio::test]
+async fn followers_attach_to_partial_body_mem() {
+    followers_attach_to_partial_body(StreamCache::new(MemStorage::new(1 << 20))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_attach_to_partial_body_disk() {
+    let backend = common::backend(common::Kind::Disk, None).await;
+    followers_attach_to_partial_body(StreamCache::new(backend.storage.clone())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_callers_share_one_fill() {
+    let cache = StreamCache::new(MemStorage::new(1 << 20));
+    let fills = Arc::new(AtomicUsize::new(0));
+    let (release, released) = tokio::sync::watch::channel(false);
+    let callers: Vec<_> = (0..8)
+        .map(|_| {
+            let cache = cache.clone();
+            let fills = Arc::clone(&fills);
+            let mut released = released.clone();
+            tokio::spawn(async move {
+                let mut hit = cache
+                    .get_or_fill("shared", || async move {
+                        fills.fetch_add(1, Ordering::SeqCst);
+                        released.wait_for(|go| *go).await.unwrap();
+                        Ok::<_, io::Error>(ready_upstream(&["a", "b", "c"]))
+                    })
+                    .await
+                    .unwrap();
+                drain(&mut *hit.body).await
+            })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    release.send(true).unwrap();
+    for caller in callers {
+        let (body, end) = caller.await.unwrap();
+        assert!(end.is_ok());
+        assert_eq!(body, b"abc");
+    }
+    assert_eq!(fills.load(Ordering::SeqCst), 1);
+}
+
+/// A filler cancelled before publishing meta hands the fill to a waiting caller.
+#[tokio::test]
+async fn cancelled_filler_hands_off_before_meta() {
+    let cache = StreamCache::new(MemStorage::new(1 << 20));
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut first = Box::pin(cache.get_or_fill("k", || async {
+        std::future::pending::<()>().await;
+        Ok::<_, io::Error>(ready_upstream(&["never"]))
+    }));
+    assert!(
+        first.as_mut().poll(&mut cx).is_pending(),
+        "first caller leads and waits upstream"
+    );
+    let second = tokio::spawn({
+        let cache = cache.clone();
+        async move {
+            let mut hit = cache
+                .get_or_fill("k", || async {
+                    Ok::<_, io::Error>(ready_upstream(&["from ", "second"]))
+                })
+                .await
+                .unwrap();
+            drain(&mut *hit.body).await
+        }
+    });
+    tokio::task::yield_now().await; // the second caller queues behind the lead
+    drop(first);
+    let (body, end) = second.await.unwrap();
+    assert!(end.is_ok());
+    assert_eq!(body, b"from second");
+    assert_eq!(cache.fills_publishing(), 0);
+}
+
+/// Once streaming, the fill survives its caller: the body completes for later readers.
+#[tokio::test]
+async fn fill_runs_detached_after_meta() {
+    let cache = StreamCache::new(MemStorage::new(1 << 20));
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    let hit = cache
+        .get_or_fill("k", || async { Ok(upstream) })
+        .await
+        .unwrap();
+    drop(hit); // the caller goes away
+    send(&tx, "still ");
+    send(&tx, "filled");
+    drop(tx);
+    let mut later = cache.lookup("k").await.unwrap().expect("body visible");
+    let (body, end) = drain(&mut *later.body).await;
+    assert!(end.is_ok());
+    assert_eq!(body, b"still filled");
+}
+
+#[tokio::test]
+async fn upstream_error_mid_body_aborts_every_reader() {
+    let cache = StreamCache::new(MemStorage::new(1 << 20));
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    let mut leader = cache
+        .get_or_fill("k", || async { Ok(upstream) })
+        .await
+        .unwrap();
+    send(&tx, "prefix");
+    let mut follower = cache.get_or_fill("k", no_fill).await.unwrap();
+    tx.send(Err(io::Error::other("reset by peer"))).unwrap();
+    for reader in [&mut leader, &mut follower] {
+        let (body, end) = drain(&mut *reader.body).await;
+        assert_eq!(body, b"prefix");
+        assert_eq!(abort_kind(&end), Some(AbortKind::Upstream));
+    }
+    tx.closed().await; // the pump dropped the upstream
+    assert!(cache.lookup("k").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn upstream_error_before_meta_is_shared() {
+    let cache = StreamCache::new(MemStorage::new(1 << 20));
+    let result = cache
+        .get_or_fill("k", || async {
+            Err::<Upstream<io::Error>, _>(io::Error::other("down"))
+        })
+        .await;
+    assert!(matches!(result, Err(FillError::Upstream(e)) if e.to_string() == "down"));
+    assert_eq!(cache.fills_publishing(), 0);
+    // The failure is not cached: the next caller fills.
+    let mut hit = cache
+        .get_or_fill("k", || async {
+            Ok::<_, io::Error>(ready_upstream(&["ok"]))
+        })
+        .await
+        .unwrap();
+    assert_eq!(drain(&mut *hit.body).await.0, b"ok");
+}
+
+#[tokio::test]
+async fn max_body_size_aborts_with_too_large() {
+    let cache = StreamCacheBuilder::new()
+        .max_body_size(8)
+        .build(MemStorage::new(1 << 20));
+    let mut hit = cache
+        .get_or_fill("k", || async {
+            Ok::<_, io::Error>(ready_upstream(&["12345", "67890"]))
+        })
+        .await
+        .unwrap();
+    let (body, end) = drain(&mut *hit.body).await;
+    assert_eq!(body, b"12345");
+    assert!(matches!(
+        end,
+        Err(BodyError::Aborted(AbortReason::TooLarge { limit: 8 }))
+    ));
+
+    let declared = cache
+        .get_or_fill("declared", || async {
+            Ok::<_, io::Error>(Upstream::new(
+                ObjectMeta::default().with_len(9),
+                futures::stream::empty().boxed(),
+            ))
+        })
+        .await;
+    assert!(matches!(
+        declared,
+        Err(FillError::TooLarge {
+            limit: 8,
+            declared: 9
+        })
+    ));
+    assert!(cache.lookup("declared").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn length_mismatch_through_the_front() {
+    let cache = StreamCache::new(MemStorage::new(1 << 20));
+    let mut hit = cache
+        .get_or_fill("k", || async {
+            let body = futures::stream::iter([Ok(Bytes::from_static(b"short"))]).boxed();
+            Ok::<_, io::Error>(Upstream::new(ObjectMeta::default().with_len(10), body))
+        })
+        .await
+        .unwrap();
+    let (body, end) = drain(&mut *hit.body).await;
+    assert_eq!(body, b"short");
+    assert!(matches!(
+        end,
+        Err(BodyError::Aborted(AbortReason::LengthMismatch {
+            expected: 10,
+            written: 5
+        }))
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn fill_timeout_before_meta() {
+    let cache = StreamCacheBuilder::new()
+        .fill_timeout(Duration::from_secs(5))
+        .build(MemStorage::new(1 << 20));
+    let slow = cache.get_or_fill("k", || async {
+        std::future::pending::<()>().await;
+        Ok::<_, io::Error>(ready_upstream(&["never"]))
+    });
+    let follower = cache.get_or_fill("k", no_fill);
+    let (slow, follower) = tokio::join!(slow, follower);
+    assert!(matches!(slow, Err(FillError::TimedOut)));
+    assert!(matches!(follower, Err(FillError::TimedOut)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn fill_timeout_while_streaming_aborts_readers() {
+    let cache = StreamCacheBuilder::new()
+        .fill_timeout(Duration::from_secs(5))
+        .build(MemStorage::new(1 << 20));
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    let mut hit = cache
+        .get_or_fill("k", || async { Ok(upstream) })
+        .await
+        .unwrap();
+    send(&tx, "part");
+    // The upstream stalls; the paused clock jumps to the deadline.
+    let (body, end) = drain(&mut *hit.body).await;
+    assert_eq!(body, b"part");
+    assert!(matches!(
+        end,
+        Err(BodyError::Aborted(AbortReason::TimedOut))
+    ));
+    assert!(cache.lookup("k").await.unwrap().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn reader_wait_timeout_then_reader_still_usable() {
+    let cache = StreamCacheBuilder::new()
+        .reader_wait_timeout(Duration::from_secs(1))
+        .build(MemStorage::new(1 << 20));
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    let mut hit = cache
+        .get_or_fill("k", || async { Ok(upstream) })
+        .await
+        .unwrap();
+    assert!(matches!(
+        hit.body.read().await,
+        Err(BodyError::WaitTimedOut)
+    ));
+    send(&tx, "late");
+    drop(tx);
+    let (body, end) = drain(&mut *hit.body).await;
+    assert!(end.is_ok());
+    assert_eq!(body, b"late");
+}
+
+#[tokio::test]
+async fn no_reader_policy_abort_stops_the_fill() {
+    let cache = StreamCacheBuilder::new()
+        .no_reader_policy(NoReaderPolicy::Abort)
+        .build(MemStorage::new(1 << 20));
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    let hit = cache
+        .get_or_fill("k", || async { Ok(upstream) })
+        .await
+        .unwrap();
+    drop(hit);
+    send(&tx, "nobody listens");
+    tx.closed().await; // the pump gave up and dropped the upstream
+    assert!(cache.lookup("k").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn keep_filling_policy_completes_without_readers() {
+    let cache = StreamCache::new(MemStorage::new(1 << 20));
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    drop(
+        cache
+            .get_or_fill("k", || async { Ok(upstream) })
+            .await
+            .unwrap(),
+    );
+    send(&tx, "kept");
+    drop(tx);
+    let mut hit = cache.lookup("k").await.unwrap().unwrap();
+    assert_eq!(drain(&mut *hit.body).await.0, b"kept");
+}
+
+#[tokio::test]
+async fn purge_mid_stream_through_the_front() {
+    let cache = StreamCache::new(MemStorage::new(1 << 20));
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    let mut hit = cache
+        .get_or_fill("k", || async { Ok(upstream) })
+        .await
+        .unwrap();
+    send(&tx, "abc");
+    assert_eq!(hit.body.read().await.unwrap().as_deref(), Some(&b"abc"[..]));
+    assert!(cache.purge("k").await.unwrap());
+    send(&tx, "def");
+    let (_, end) = drain(&mut *hit.body).await;
+    assert!(matches!(end, Err(BodyError::Aborted(AbortReason::Purged))));
+    tx.closed().await;
+    assert!(cache.lookup("k").await.unwrap().is_none());
+}
+
+/// Poll `get_or_fill` N times, drop it, for every N until it completes; after each drop nothing
+/// is stuck, and whatever body is visible is either complete and whole or still streaming
+/// towards the whole body, never truncated-yet-clean.
+#[tokio::test]
+async fn cancellation_sweep_get_or_fill() {
+    let mut completed = false;
+    for polls in 0..64 {
+        let cache = StreamCache::new(MemStorage::new(1 << 20));
+        {
+            let mut cx = Context::from_waker(Waker::noop());
+            let mut fut = pin!(cache.get_or_fill("k", || async {
+                tokio::task::yield_now().await;
+                tokio::task::yield_now().await;
+                Ok::<_, io::Error>(ready_upstream(&["whole ", "body"]))
+            }));
+            for _ in 0..polls {
+                if let Poll::Ready(result) = fut.as_mut().poll(&mut cx) {
+                    let mut hit = result.unwrap();
+                    assert_eq!(drain(&mut *hit.body).await.0, b"whole body");
+                    completed = true;
+                    break;
+                }
+            }
+        }
+        assert_eq!(
+            cache.fills_publishing(),
+            0,
+            "a dropped filler left a flight after {polls} polls"
+        );
+        // A body left by a detached fill must read whole; otherwise a new caller refills.
+        let mut hit = cache
+            .get_or_fill("k", || async {
+                Ok::<_, io::Error>(ready_upstream(&["whole ", "body"]))
+            })
+            .await
+            .unwrap();
+        let (body, end) = drain(&mut *hit.body).await;
+        assert!(end.is_ok(), "after {polls} polls: {end:?}");
+        assert_eq!(body, b"whole body");
+        if completed {
+            return;
+        }
+    }
+    panic!("get_or_fill never completed");
+}
+
+/// Poll `read` N times and drop it, for every N until it completes: the next read still returns
+/// the bytes a dropped read would have returned, on both backends.
+async fn read_sweep(storage: Arc<dyn Storage>) {
+    let key = "sweep".into();
+    let mut writer = storage
+        .begin_write(&key, ObjectMeta::default())
+        .await
+        .unwrap();
+    let source = writer.source().unwrap();
+    let mut reader = source.open();
+    let mut cx = Context::from_waker(Waker::noop());
+    // Nothing written yet: the read waits; dropping it must not lose the first chunk.
+    for _ in 0..3 {
+        let mut read = reader.read();
+        assert!(read.as_mut().poll(&mut cx).is_pending());
+    }
+    writer.write(Bytes::from_static(b"abc")).await.unwrap();
+    writer.write(Bytes::from_static(b"def")).await.unwrap();
+    writer.finish().await.unwrap();
+    let mut got = Vec::new();
+    loop {
+        let mut completed = None;
+        for polls in 0..100_000 {
+            let mut read = reader.read();
+            for _ in 0..polls {
+                match read.as_mut().poll(&mut cx) {
+                    Poll::Ready(outcome) => {
+                        completed = Some(outcome);
+                        break;
+                    }
+                    Poll::Pending => tokio::task::yield_now().await,
+                }
+            }
+            drop(read);
+            if completed.is_some() {
+                break;
+            }
+            // Dropped before completing: nothing consumed.
+            assert_eq!(reader.position(), got.len() as u64);
+        }
+        match completed.expect("read never completed") {
+            Ok(Some(chunk)) => got.extend_from_slice(&chunk),
+            Ok(None) => break,
+            Err(error) => panic!("{error:?}"),
+        }
+    }
+    assert_eq!(got, b"abcdef");
+}
+
+#[tokio::test]
+async fn cancellation_sweep_read_mem() {
+    read_sweep(Arc::new(MemStorage::new(1 << 20))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_sweep_read_disk() {
+    let backend = common::backend(common::Kind::Disk, None).await;
+    read_sweep(backend.storage.clone()).await;
+}
