@@ -44,6 +44,9 @@ const NO_LEN: u64 = u64::MAX;
 const READ_CHUNK: u64 = 64 * 1024;
 
 /// File-backed storage. Cheap to clone (shared state behind an `Arc`).
+///
+/// Use one `DiskStorage` per directory (clone it to share): `open` deletes every temp file in
+/// the directory, including those of another live instance.
 #[derive(Clone, Debug)]
 pub struct DiskStorage {
     shared: Arc<DiskShared>,
@@ -209,11 +212,14 @@ async fn blocking<T: Send + 'static>(
 impl DiskStorage {
     /// Open (creating if needed) storage under `root`, with no object size limit. Deletes every
     /// leftover temp file: a write interrupted by a restart is never served.
+    ///
+    /// Cancel safety: dropping the future part-way may leave some leftovers; the next `open`
+    /// removes them.
     pub async fn open(root: impl AsRef<Path>) -> Result<Self, StorageError> {
         Self::open_with_limit(root, None).await
     }
 
-    /// As [`DiskStorage::open`], with a per-object size limit.
+    /// As [`DiskStorage::open`], with a per-object size limit (same cancel safety).
     pub async fn open_with_limit(
         root: impl AsRef<Path>,
         max_object_size: Option<u64>,

@@ -2,6 +2,8 @@
 //! aborted state so a truncated body can never look complete.
 //!
 //! Core types:
+//! - [`StreamCache`]: the front. `get_or_fill` coalesces concurrent misses into one fill and
+//!   hands every caller a reader attached to the body while it streams.
 //! - [`Storage`] (with [`BodyWriter`] and [`BodyReader`]): the backend contract. Two backends
 //!   ship: [`MemStorage`] and [`DiskStorage`].
 //! - [`WriteState`] / [`AbortReason`]: a write is `Partial(n)` until it is `Complete(n)` or
@@ -26,6 +28,28 @@
 //! drop(writer);
 //! assert!(matches!(hit.body.read().await, Err(BodyError::Aborted(AbortReason::WriterDropped))));
 //! assert!(storage.lookup(&key).await?.is_none());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+//!
+//! The front, with a fill whose body arrives as a stream:
+//!
+//! ```
+//! use bytes::Bytes;
+//! use futures::StreamExt;
+//! use stream_cache::{MemStorage, ObjectMeta, StreamCache, Upstream, read_to_end};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let cache = StreamCache::new(MemStorage::new(64 << 20));
+//! let fill = || async {
+//!     let chunks = ["<html>", "...", "</html>"].map(|c| Ok(Bytes::from_static(c.as_bytes())));
+//!     Ok::<_, std::io::Error>(Upstream::new(
+//!         ObjectMeta::new("text/html").with_len(16),
+//!         futures::stream::iter(chunks).boxed(),
+//!     ))
+//! };
+//! let mut hit = cache.get_or_fill("/index.html", fill).await?;
+//! assert_eq!(read_to_end(&mut *hit.body).await?, b"<html>...</html>");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```

@@ -501,3 +501,93 @@ async fn cancellation_sweep_read_disk() {
     let backend = common::backend(common::Kind::Disk, None).await;
     read_sweep(backend.storage.clone()).await;
 }
+
+/// A backend without partial reads: in-progress writes are invisible and writers expose no
+/// source, so the front must wait for completion before handing out readers.
+struct CompleteOnly(MemStorage);
+
+struct CompleteOnlyWriter(Box<dyn stream_cache::BodyWriter>);
+
+#[async_trait::async_trait]
+impl stream_cache::BodyWriter for CompleteOnlyWriter {
+    async fn write(&mut self, chunk: Bytes) -> Result<(), stream_cache::WriteError> {
+        self.0.write(chunk).await
+    }
+    async fn finish(self: Box<Self>) -> Result<u64, stream_cache::WriteError> {
+        self.0.finish().await
+    }
+    fn abort(self: Box<Self>, reason: AbortReason) {
+        self.0.abort(reason)
+    }
+    fn state(&self) -> WriteState {
+        self.0.state()
+    }
+    fn source(&self) -> Option<Arc<dyn stream_cache::BodySource>> {
+        None
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for CompleteOnly {
+    fn capabilities(&self) -> stream_cache::Capabilities {
+        self.0.capabilities().with_partial_reads(false)
+    }
+    async fn lookup(
+        &self,
+        key: &stream_cache::CacheKey,
+    ) -> Result<Option<stream_cache::Hit>, stream_cache::StorageError> {
+        Ok(self
+            .0
+            .lookup(key)
+            .await?
+            .filter(|hit| matches!(hit.body.state(), WriteState::Complete(_))))
+    }
+    async fn begin_write(
+        &self,
+        key: &stream_cache::CacheKey,
+        meta: ObjectMeta,
+    ) -> Result<Box<dyn stream_cache::BodyWriter>, stream_cache::StorageError> {
+        Ok(Box::new(CompleteOnlyWriter(
+            self.0.begin_write(key, meta).await?,
+        )))
+    }
+    async fn purge(
+        &self,
+        key: &stream_cache::CacheKey,
+    ) -> Result<bool, stream_cache::StorageError> {
+        self.0.purge(key).await
+    }
+}
+
+#[tokio::test]
+async fn backend_without_partial_reads_serves_after_completion() {
+    let cache = StreamCache::new(CompleteOnly(MemStorage::new(1 << 20)));
+    let (upstream, tx) = channel_upstream(ObjectMeta::new("m"));
+    let leader = cache.get_or_fill("k", || async { Ok(upstream) });
+    let follower = cache.get_or_fill("k", no_fill);
+    let feed = async {
+        send(&tx, "only when ");
+        tokio::task::yield_now().await;
+        send(&tx, "complete");
+        drop(tx);
+    };
+    let (leader, follower, ()) = tokio::join!(leader, follower, feed);
+    for mut hit in [leader.unwrap(), follower.unwrap()] {
+        assert!(matches!(hit.body.state(), WriteState::Complete(18)));
+        assert_eq!(drain(&mut *hit.body).await.0, b"only when complete");
+    }
+}
+
+#[tokio::test]
+async fn backend_without_partial_reads_reports_the_abort() {
+    let cache = StreamCache::new(CompleteOnly(MemStorage::new(1 << 20)));
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    send(&tx, "partial");
+    tx.send(Err(io::Error::other("gone"))).unwrap();
+    let result = cache.get_or_fill("k", || async { Ok(upstream) }).await;
+    assert!(matches!(
+        result,
+        Err(FillError::Aborted(AbortReason::Upstream(_)))
+    ));
+    assert!(cache.lookup("k").await.unwrap().is_none());
+}
