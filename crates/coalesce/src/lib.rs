@@ -1,1 +1,91 @@
-//! placeholder
+//! Per-key single-flight for async Rust that stays correct when futures are cancelled.
+//!
+//! When many requests miss a cache for the same key at once, only one of them should call the
+//! backend. [`Group`] makes the first caller the *leader* of a flight for that key; callers
+//! arriving while it runs become *followers* and receive a clone of its result.
+//!
+//! The classic bug this crate exists to prevent: the leader publishes "a fill is in progress",
+//! then awaits the backend, and its future is dropped at that await (a timeout, a losing
+//! `select!` branch, an aborted task, a client that went away). Code that would clear the marker
+//! after the await never runs, and every later request for the key hangs. Here the lead is a
+//! guard, [`Leader`], whose `Drop` hands the flight to exactly one waiting follower (oldest
+//! first), which runs its own fill. Every transition is model-checked with loom.
+//!
+//! The core types:
+//! - [`Group`]: the sharded map of flights; [`Group::run`] is the one-call API.
+//! - [`Leader`]: the guard of a lead, from [`Group::join`], finished with [`Leader::finish`].
+//! - [`FlightError`]: why no value came back (the fill failed, a wait timed out, ...).
+//!
+//! ```
+//! use coalesce::Group;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let group: Group<&str, String, std::io::Error> = Group::new();
+//! let slow_lookup = || async {
+//!     tokio::task::yield_now().await; // the backend takes a while...
+//!     Ok("Ada".to_string())
+//! };
+//! let (a, b) = tokio::join!(
+//!     group.run("user:42", slow_lookup),
+//!     group.run("user:42", || async { unreachable!("the first caller is already filling") }),
+//! );
+//! assert_eq!(a.unwrap(), "Ada");
+//! assert_eq!(b.unwrap(), "Ada");
+//! assert_eq!(group.in_flight(), 0);
+//! # }
+//! ```
+//!
+//! The lower-level [`Group::join`] lets the leader do its own work (insert into a store) before
+//! it publishes, so followers never wake to a store that has not been written yet:
+//!
+//! ```
+//! use coalesce::{Group, Joined};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let group: Group<u32, u64> = Group::new();
+//! let value = match group.join(7).await {
+//!     Joined::Leader(leader) => {
+//!         let v = 49; // fetch, then store it somewhere before finishing
+//!         leader.finish(Ok(v))
+//!     }
+//!     Joined::Done(result) => result,
+//! };
+//! assert_eq!(value.unwrap(), 49);
+//! # }
+//! ```
+//!
+//! # Features
+//! - `tokio` (default): [`Group::run_detached`], a fill on a spawned task that survives its
+//!   caller. Wait timeouts and takeover ages always use tokio's clock, so tests can pause it.
+
+mod builder;
+#[cfg(feature = "tokio")]
+mod detached;
+mod error;
+mod flight;
+mod group;
+mod leader;
+mod stats;
+mod sync;
+mod wait;
+mod waiters;
+
+use std::hash::Hash;
+
+pub use builder::GroupBuilder;
+pub use error::{ErrorPolicy, FlightError};
+pub use group::Group;
+pub use leader::Leader;
+pub use stats::Stats;
+
+/// What [`Group::join`] produced: the lead, or the outcome of another caller's flight.
+#[derive(Debug)]
+#[must_use = "a Joined::Leader must be finished, or the fill is handed on when it drops"]
+pub enum Joined<K: Hash + Eq, V, E> {
+    /// This caller leads: produce the value and call [`Leader::finish`].
+    Leader(Leader<K, V, E>),
+    /// Another caller's flight ended; this is its outcome.
+    Done(Result<V, FlightError<E>>),
+}

@@ -1,0 +1,365 @@
+//! [`Group`]: the sharded map of in-flight fills, and the transitions that need its shard locks.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+
+use tokio::time::Instant;
+
+use crate::builder::{Config, GroupBuilder};
+use crate::flight::{Flight, FlightState, Lead, Phase, Wake};
+use crate::leader::Leader;
+use crate::stats::{Event, ShardStats, Stats};
+use crate::sync::{Arc, Mutex};
+use crate::wait::Wait;
+use crate::{FlightError, Joined};
+
+/// Per-key single-flight: concurrent callers for one key share one fill.
+///
+/// The first caller for a key becomes its *leader* and runs the fill; callers arriving while it
+/// runs become *followers* and receive a clone of its result. If the leader's future is dropped
+/// (timeout, `select!`, task abort, panic) before it finishes, exactly one waiting follower is
+/// handed the lead (oldest first) and runs its own fill, so no caller ever waits on a fill that no
+/// live future owns.
+///
+/// `Group` is a cheap handle (an `Arc` inside): clone it into every task that needs it.
+pub struct Group<K, V, E = std::convert::Infallible> {
+    pub(crate) inner: Arc<Inner<K, V, E>>,
+}
+
+pub(crate) struct Inner<K, V, E> {
+    shards: Box<[Shard<K, V, E>]>,
+    shard_hasher: ahash::RandomState,
+    pub(crate) config: Config,
+}
+
+pub(crate) struct Shard<K, V, E> {
+    map: Mutex<ShardMap<K, V, E>>,
+    pub(crate) stats: ShardStats,
+}
+
+/// Open flights of one shard, and the counter that makes lead tokens unique.
+pub(crate) struct ShardMap<K, V, E> {
+    flights: HashMap<K, Arc<Flight<K, V, E>>, ahash::RandomState>,
+    next_token: u64,
+}
+
+/// What a caller became on entering a key.
+pub(crate) enum Entered<K: Hash + Eq, V, E> {
+    Lead(Leader<K, V, E>),
+    Follow(Wait<K, V, E>),
+}
+
+impl<K, V, E> Clone for Group<K, V, E> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<K, V, E> fmt::Debug for Group<K, V, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Group")
+            .field("shards", &self.inner.shards.len())
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, V, E> Default for Group<K, V, E> {
+    fn default() -> Self {
+        Self::with_config(Config::default())
+    }
+}
+
+impl<K, V, E> Group<K, V, E> {
+    /// A group with default settings: no wait timeout, no takeover, errors shared.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts a [`GroupBuilder`].
+    pub fn builder() -> GroupBuilder<K, V, E> {
+        GroupBuilder::default()
+    }
+
+    pub(crate) fn with_config(config: Config) -> Self {
+        let shards = (0..config.shards)
+            .map(|_| Shard {
+                map: Mutex::new(ShardMap {
+                    flights: HashMap::with_hasher(ahash::RandomState::new()),
+                    next_token: 1,
+                }),
+                stats: ShardStats::default(),
+            })
+            .collect();
+        Self {
+            inner: Arc::new(Inner {
+                shards,
+                shard_hasher: ahash::RandomState::new(),
+                config,
+            }),
+        }
+    }
+
+    /// Number of keys with a fill in progress. Locks each shard in turn, so the sum is not an
+    /// atomic snapshot while calls are running.
+    pub fn in_flight(&self) -> usize {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| s.map.lock().flights.len())
+            .sum()
+    }
+
+    /// A snapshot of the outcome counters, summed over the shards.
+    pub fn stats(&self) -> Stats {
+        let mut total = Stats::default();
+        for shard in self.inner.shards.iter() {
+            shard.stats.add_to(&mut total);
+        }
+        total
+    }
+
+    /// Detaches every flight: later callers start fresh fills, while the followers already
+    /// waiting still receive their flight's result. Returns how many flights were detached.
+    ///
+    /// This is what a cache's `clear()` uses so that a fill started before the clear cannot be
+    /// joined by callers that arrive after it.
+    pub fn forget_all(&self) -> usize {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| {
+                let mut map = s.map.lock();
+                let n = map.flights.len();
+                map.flights.clear();
+                n
+            })
+            .sum()
+    }
+}
+
+impl<K, V, E> Group<K, V, E>
+where
+    K: Hash + Eq + Clone,
+    V: Clone,
+{
+    /// Runs `fill` for `key` unless a fill for it is already in progress, in which case this
+    /// call waits for that fill and returns a clone of its result.
+    ///
+    /// The leader's own error comes back as [`FlightError::Failed`] too, so every caller sees
+    /// the same type.
+    ///
+    /// # Cancellation
+    /// - Dropped while waiting as a follower: this caller's place in the queue is removed; if it
+    ///   had just been handed the lead, the lead passes to the next follower. The flight goes on.
+    /// - Dropped while its `fill` runs (this caller leads): the lead passes to the oldest waiting
+    ///   follower, which runs its own fill; with nobody waiting, the key is released and the next
+    ///   caller starts afresh. Nothing is left behind that could make a later call hang.
+    ///
+    /// `fill` is only called if this caller leads, and at most once.
+    pub async fn run<F, Fut>(&self, key: K, fill: F) -> Result<V, FlightError<E>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>>,
+    {
+        match self.join(key).await {
+            Joined::Leader(leader) => {
+                let result = fill().await;
+                leader.finish(result)
+            }
+            Joined::Done(result) => result,
+        }
+    }
+
+    /// Becomes the leader of `key` (at once, without waiting) or waits for the flight in
+    /// progress and returns its outcome.
+    ///
+    /// A follower can also come back as [`Joined::Leader`]: that happens when the flight's
+    /// leader was dropped, or failed under [`ErrorPolicy::HandOff`](crate::ErrorPolicy), and
+    /// this follower was next in line.
+    ///
+    /// # Cancellation
+    /// Dropped while waiting: this caller leaves the queue; a lead handed to it but not yet
+    /// taken passes to the next follower. The returned [`Leader`] is a guard: dropping it
+    /// without [`Leader::finish`] hands the flight on in the same way.
+    pub async fn join(&self, key: K) -> Joined<K, V, E> {
+        match self.enter(key) {
+            Entered::Lead(leader) => Joined::Leader(leader),
+            Entered::Follow(wait) => self.wait_with_timeout(wait).await,
+        }
+    }
+
+    /// Detaches the flight in progress for `key`, if any: later callers start a fresh fill,
+    /// while the followers already waiting still receive this flight's result. Returns whether
+    /// a flight was detached.
+    pub fn forget(&self, key: &K) -> bool {
+        let shard = self.inner.shard(key);
+        shard.map.lock().flights.remove(key).is_some()
+    }
+
+    pub(crate) async fn wait_with_timeout(&self, wait: Wait<K, V, E>) -> Joined<K, V, E> {
+        match self.inner.config.wait_timeout {
+            None => wait.await,
+            Some(limit) => {
+                let shard = wait.shard();
+                match tokio::time::timeout(limit, wait).await {
+                    Ok(joined) => joined,
+                    Err(_elapsed) => {
+                        self.inner.shards[shard].stats.record(Event::TimedOut);
+                        Joined::Done(Err(FlightError::TimedOut))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Leads `key` if nobody does (or the current leader is older than `takeover_after`),
+    /// otherwise queues as a follower. Never waits.
+    pub(crate) fn enter(&self, key: K) -> Entered<K, V, E> {
+        let inner = &self.inner;
+        let index = inner.shard_index(&key);
+        let shard = &inner.shards[index];
+        let mut map = shard.map.lock();
+        if let Some(flight) = map.flights.get(&key) {
+            let flight = Arc::clone(flight);
+            let mut state = flight.state.lock();
+            let Phase::Open(lead) = &mut state.phase else {
+                unreachable!("a flight in the map is open");
+            };
+            if inner.takeover_due(lead) {
+                let token = map.take_token(index, inner.shards.len());
+                *lead = Lead {
+                    token,
+                    since: inner.stamp(),
+                    promoted: None,
+                };
+                drop(state);
+                drop(map);
+                shard.stats.record(Event::Superseded);
+                return Entered::Lead(Leader::new(self.clone(), flight, token));
+            }
+            let slot = state.waiters.push(true, None);
+            drop(state);
+            drop(map);
+            shard.stats.record(Event::Joined);
+            return Entered::Follow(Wait::new(self.clone(), flight, slot));
+        }
+        let token = map.take_token(index, inner.shards.len());
+        let lead = Lead {
+            token,
+            since: inner.stamp(),
+            promoted: None,
+        };
+        let flight = Arc::new(Flight::new(key.clone(), index, lead));
+        map.flights.insert(key, Arc::clone(&flight));
+        drop(map);
+        shard.stats.record(Event::Led);
+        Entered::Lead(Leader::new(self.clone(), flight, token))
+    }
+}
+
+impl<K, V, E> ShardMap<K, V, E> {
+    /// A lead token unique within the group: a per-shard counter interleaved with the shard
+    /// index. Tokens only ever grow for a given key.
+    fn take_token(&mut self, shard: usize, shards: usize) -> u64 {
+        let token = self.next_token * shards as u64 + shard as u64;
+        self.next_token += 1;
+        token
+    }
+}
+
+impl<K, V, E> Inner<K, V, E> {
+    fn stamp(&self) -> Option<Instant> {
+        self.config.takeover_after.map(|_| Instant::now())
+    }
+
+    fn takeover_due(&self, lead: &Lead) -> bool {
+        match (self.config.takeover_after, lead.since) {
+            (Some(age), Some(since)) => since.elapsed() >= age,
+            _ => false,
+        }
+    }
+}
+
+impl<K: Hash + Eq, V, E> Inner<K, V, E> {
+    fn shard_index(&self, key: &K) -> usize {
+        // Shard counts are powers of two; take high bits so the map's own hasher (a different
+        // seed) sees keys that are not pre-sorted by this choice.
+        let hash = self.shard_hasher.hash_one(key);
+        (hash >> 32) as usize & (self.shards.len() - 1)
+    }
+
+    fn shard(&self, key: &K) -> &Shard<K, V, E> {
+        &self.shards[self.shard_index(key)]
+    }
+
+    /// Runs `transition` on `flight` with its shard map and its state locked (in that order),
+    /// then wakes whoever the transition returned, after both locks are released.
+    pub(crate) fn with_locked<R>(
+        &self,
+        flight: &Arc<Flight<K, V, E>>,
+        transition: impl FnOnce(&mut Locked<'_, K, V, E>) -> (R, Wake),
+    ) -> R {
+        let shard = &self.shards[flight.shard];
+        let mut map = shard.map.lock();
+        let mut state = flight.state.lock();
+        let mut locked = Locked {
+            inner: self,
+            map: &mut map,
+            flight,
+            state: &mut state,
+        };
+        let (result, wake) = transition(&mut locked);
+        drop(state);
+        drop(map);
+        wake.wake();
+        result
+    }
+}
+
+/// A flight with its shard map and state locked: the only place flights end.
+pub(crate) struct Locked<'a, K, V, E> {
+    inner: &'a Inner<K, V, E>,
+    map: &'a mut ShardMap<K, V, E>,
+    flight: &'a Arc<Flight<K, V, E>>,
+    pub(crate) state: &'a mut FlightState<V, E>,
+}
+
+impl<K: Hash + Eq, V, E> Locked<'_, K, V, E> {
+    pub(crate) fn stats(&self) -> &ShardStats {
+        &self.inner.shards[self.flight.shard].stats
+    }
+
+    /// Ends the flight with `phase`: removes it from the map if it is still there (by identity,
+    /// so a newer flight for the same key is never touched) and returns the followers' wakers.
+    pub(crate) fn end(&mut self, phase: Phase<V, E>) -> Wake {
+        let key = &self.flight.key;
+        if self
+            .map
+            .flights
+            .get(key)
+            .is_some_and(|f| Arc::ptr_eq(f, self.flight))
+        {
+            self.map.flights.remove(key);
+        }
+        self.state.end(phase)
+    }
+
+    /// Hands the lead to the oldest follower able to take it; if there is none, ends the flight
+    /// with `otherwise`.
+    pub(crate) fn pass_lead(&mut self, otherwise: Phase<V, E>) -> Wake {
+        let shards = self.inner.shards.len();
+        let token = self.map.take_token(self.flight.shard, shards);
+        match self.state.promote_next(token, self.inner.stamp()) {
+            Some(wake) => {
+                self.stats().record(Event::TookOver);
+                wake
+            }
+            None => self.end(otherwise),
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! [`Wait`]: a follower's place in a flight's queue, as a future.
+
+use std::future::Future;
+use std::hash::Hash;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::flight::{Flight, Phase, Wake};
+use crate::group::Group;
+use crate::leader::Leader;
+use crate::sync::Arc;
+use crate::{FlightError, Joined};
+
+/// Resolves to the flight's outcome, or to a [`Leader`] if the lead is handed to this follower.
+///
+/// Dropping it before it resolves removes the follower from the queue; a lead handed to it but
+/// not yet taken passes to the next follower (the hand-off is never lost).
+pub(crate) struct Wait<K: Hash + Eq, V, E> {
+    group: Group<K, V, E>,
+    flight: Arc<Flight<K, V, E>>,
+    slot: usize,
+    /// Set once the slot is gone (resolved); `Drop` then has nothing to undo.
+    resolved: bool,
+}
+
+impl<K: Hash + Eq, V, E> Wait<K, V, E> {
+    pub(crate) fn new(group: Group<K, V, E>, flight: Arc<Flight<K, V, E>>, slot: usize) -> Self {
+        Self {
+            group,
+            flight,
+            slot,
+            resolved: false,
+        }
+    }
+
+    pub(crate) fn shard(&self) -> usize {
+        self.flight.shard
+    }
+}
+
+impl<K: Hash + Eq, V: Clone, E> Future for Wait<K, V, E> {
+    type Output = Joined<K, V, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        assert!(!this.resolved, "Wait polled after completion");
+        let mut state = this.flight.state.lock();
+        let outcome = match &mut state.phase {
+            Phase::Done(result) => Ok(result.clone().map_err(FlightError::Failed)),
+            Phase::Abandoned => Ok(Err(FlightError::Abandoned)),
+            Phase::Closed => unreachable!("a flight with followers is never closed"),
+            Phase::Open(lead) if lead.promoted == Some(this.slot) => {
+                lead.promoted = None;
+                Err(lead.token)
+            }
+            Phase::Open(_) => {
+                state.waiters.register(this.slot, cx.waker());
+                return Poll::Pending;
+            }
+        };
+        this.resolved = true;
+        match outcome {
+            Ok(result) => Poll::Ready(Joined::Done(result)),
+            Err(token) => {
+                state.waiters.remove(this.slot);
+                drop(state);
+                let leader = Leader::new(this.group.clone(), Arc::clone(&this.flight), token);
+                Poll::Ready(Joined::Leader(leader))
+            }
+        }
+    }
+}
+
+impl<K: Hash + Eq, V, E> Drop for Wait<K, V, E> {
+    fn drop(&mut self) {
+        if self.resolved {
+            return;
+        }
+        let slot = self.slot;
+        {
+            // Fast path, flight lock only: a plain follower leaving, or a flight that ended
+            // (its queue was drained, so there is no slot left to remove).
+            let mut state = self.flight.state.lock();
+            match &state.phase {
+                Phase::Open(lead) if lead.promoted == Some(slot) => {}
+                Phase::Open(_) => return state.waiters.remove(slot),
+                _ => return,
+            }
+        }
+        // The lead was handed to us and we leave without taking it: pass it on. That may end
+        // the flight, which needs the shard lock, taken first (lock order), then re-checked.
+        self.group.inner.with_locked(&self.flight, |locked| {
+            let wake = match &locked.state.phase {
+                Phase::Open(lead) if lead.promoted == Some(slot) => {
+                    locked.state.waiters.remove(slot);
+                    locked.pass_lead(Phase::Abandoned)
+                }
+                Phase::Open(_) => {
+                    locked.state.waiters.remove(slot);
+                    Wake::Nobody
+                }
+                _ => Wake::Nobody,
+            };
+            ((), wake)
+        });
+    }
+}

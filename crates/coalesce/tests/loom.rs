@@ -1,0 +1,176 @@
+//! Loom models of the flight state machine: every interleaving of leaders finishing or being
+//! dropped, followers joining, waiting, being promoted and being cancelled.
+//!
+//! Run with `cargo xtask loom coalesce`. Each model keeps to three threads or fewer so that a
+//! preemption bound of 2 explores it fully in seconds.
+#![cfg(herd_loom)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Waker};
+
+use coalesce::{Group, Joined};
+use loom::future::block_on;
+use loom::thread;
+
+type G = Group<u8, u32, ()>;
+type Fut = Pin<Box<dyn Future<Output = Joined<u8, u32, ()>> + Send>>;
+
+fn group() -> G {
+    Group::builder().shards(1).build()
+}
+
+/// A follower already queued on the flight for `key` (polled once so it is registered), ready
+/// to be moved to another thread.
+fn queued_follower(group: &G, key: u8) -> Fut {
+    let g = group.clone();
+    let mut fut: Fut = Box::pin(async move { g.join(key).await });
+    assert!(
+        fut.as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending()
+    );
+    fut
+}
+
+fn lead(group: &G, key: u8) -> coalesce::Leader<u8, u32, ()> {
+    match block_on(group.join(key)) {
+        Joined::Leader(leader) => leader,
+        Joined::Done(_) => panic!("expected to lead"),
+    }
+}
+
+/// Resolves a follower: finishing with `value` if it was handed the lead. Returns
+/// (value seen, whether it led).
+fn settle(joined: Joined<u8, u32, ()>, value: u32) -> (u32, bool) {
+    match joined {
+        Joined::Leader(leader) => (leader.finish(Ok(value)).unwrap(), true),
+        Joined::Done(result) => (result.unwrap(), false),
+    }
+}
+
+#[test]
+fn leader_finish_wakes_all_followers() {
+    loom::model(|| {
+        let group = group();
+        let leader = lead(&group, 1);
+        let followers: Vec<_> = (0..2).map(|_| queued_follower(&group, 1)).collect();
+        let handles: Vec<_> = followers
+            .into_iter()
+            .map(|f| thread::spawn(move || block_on(f)))
+            .collect();
+        leader.finish(Ok(7)).unwrap();
+        for h in handles {
+            assert_eq!(settle(h.join().unwrap(), 0), (7, false));
+        }
+        assert_eq!(group.in_flight(), 0);
+    });
+}
+
+#[test]
+fn leader_cancelled_with_two_followers_promotes_exactly_one() {
+    loom::model(|| {
+        let group = group();
+        let leader = lead(&group, 1);
+        let a = queued_follower(&group, 1);
+        let b = queued_follower(&group, 1);
+        let dropper = thread::spawn(move || drop(leader));
+        let ta = thread::spawn(move || settle(block_on(a), 1));
+        let (vb, led_b) = settle(block_on(b), 2);
+        let (va, led_a) = ta.join().unwrap();
+        dropper.join().unwrap();
+        assert!(led_a ^ led_b, "exactly one follower leads");
+        assert_eq!(va, vb, "the other receives the new leader's value");
+        assert_eq!(group.in_flight(), 0);
+    });
+}
+
+#[test]
+fn promoted_follower_cancelled_before_poll_passes_the_lead_on() {
+    loom::model(|| {
+        let group = group();
+        let leader = lead(&group, 1);
+        let first = queued_follower(&group, 1);
+        let second = queued_follower(&group, 1);
+        let dropper = thread::spawn(move || drop(leader));
+        // `first` may be handed the lead at any point; it is dropped without being polled again.
+        let canceller = thread::spawn(move || drop(first));
+        let (value, led) = settle(block_on(second), 3);
+        dropper.join().unwrap();
+        canceller.join().unwrap();
+        assert_eq!(
+            (value, led),
+            (3, true),
+            "the lead reached the remaining follower"
+        );
+        assert_eq!(group.in_flight(), 0);
+    });
+}
+
+#[test]
+fn join_racing_finish_never_hangs() {
+    loom::model(|| {
+        let group = group();
+        let leader = lead(&group, 1);
+        let g = group.clone();
+        let joiner = thread::spawn(move || settle(block_on(g.join(1)), 2));
+        leader.finish(Ok(1)).unwrap();
+        let (value, led) = joiner.join().unwrap();
+        // Either it joined in time and got 1, or it came after the end and led its own fill.
+        assert!((value, led) == (1, false) || (value, led) == (2, true));
+        assert_eq!(group.in_flight(), 0);
+    });
+}
+
+#[test]
+fn follower_cancel_racing_finish() {
+    loom::model(|| {
+        let group = group();
+        let leader = lead(&group, 1);
+        let leaving = queued_follower(&group, 1);
+        let staying = queued_follower(&group, 1);
+        let canceller = thread::spawn(move || drop(leaving));
+        let waiter = thread::spawn(move || settle(block_on(staying), 0));
+        leader.finish(Ok(5)).unwrap();
+        canceller.join().unwrap();
+        assert_eq!(waiter.join().unwrap(), (5, false));
+        assert_eq!(group.in_flight(), 0);
+    });
+}
+
+#[test]
+fn stale_guard_cannot_remove_a_newer_flight() {
+    loom::model(|| {
+        let group = group();
+        let old = lead(&group, 1);
+        assert!(group.forget(&1));
+        let new = lead(&group, 1);
+        let on_new = queued_follower(&group, 1);
+        let stale = thread::spawn(move || drop(old));
+        let waiter = thread::spawn(move || settle(block_on(on_new), 0));
+        new.finish(Ok(2)).unwrap();
+        stale.join().unwrap();
+        assert_eq!(waiter.join().unwrap(), (2, false));
+        assert_eq!(group.in_flight(), 0);
+    });
+}
+
+#[test]
+fn map_is_empty_after_all_flights_end() {
+    loom::model(|| {
+        let group = group();
+        let spawn_run = |value: u32| {
+            let g = group.clone();
+            thread::spawn(move || block_on(g.run(1, || async move { Ok(value) })).unwrap())
+        };
+        let a = spawn_run(1);
+        let b = spawn_run(2);
+        // A third caller leads and is cancelled, racing the two others.
+        if let Joined::Leader(leader) = block_on(group.join(1)) {
+            drop(leader);
+        }
+        let (va, vb) = (a.join().unwrap(), b.join().unwrap());
+        assert!([1, 2].contains(&va) && [1, 2].contains(&vb));
+        assert_eq!(group.in_flight(), 0);
+    });
+}
