@@ -3,10 +3,16 @@
 //!
 //! Every lookup records its key's hash. When an insert of a new key needs to evict, the new key is
 //! admitted only if it has been requested more often (recently) than the chosen victim, so a burst
-//! of one-hit wonders cannot flush a hot working set. Counts decay by halving after `10 x capacity`
-//! records. Recording is a few relaxed atomic ops on per-shard memory; lost updates under races
-//! only make the estimate slightly lower, which is harmless. It loses to plain LRU on traces where
-//! new keys must displace old ones quickly (a shifting working set, a scan that is re-read soon).
+//! of one-hit wonders cannot flush a hot working set. Counts decay by halving after
+//! `32 x capacity` records: a long window lets keys near the hot set's edge (requested less than
+//! once per `10 x capacity` requests) build distinguishable counts before the 4-bit counters
+//! saturate. Measured (one shard, 8 samples + pool, hit-ratio points over exact LRU): zipf 1.0 over
+//! 1M keys, 3M requests: +8.1 at 10K entries, +2.5 at 100K (an ideal top-K cache gains about +9.3
+//! and +3.6 there); ARC P traces at 32K: +2 to +21. It loses where new keys must displace old ones
+//! quickly: OLTP -5.7 at 5K and -8.0 at 15K entries (+2.3 at 1K).
+//!
+//! Recording is a few relaxed atomic ops on per-shard memory (so, unlike the default policy, a hit
+//! writes shared memory); lost updates under races only lower an estimate, which is harmless.
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
@@ -28,6 +34,17 @@ pub enum Admission {
     Always,
     /// TinyLFU: admit a new entry over its victim only if it was requested more often.
     TinyLfu,
+}
+
+/// MurmurHash3's 64-bit finaliser: every input bit affects every output bit.
+#[inline]
+fn fmix64(mut k: u64) -> u64 {
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+    k ^= k >> 33;
+    k
 }
 
 /// Per-shard frequency sketch.
@@ -56,20 +73,21 @@ impl FrequencySketch {
             mask: width - 1,
             door_mask: door_bits - 1,
             records: AtomicU64::new(0),
-            sample_size: 10 * capacity.max(16),
+            sample_size: 32 * capacity.max(16),
         }
     }
 
     #[inline]
     fn slot(&self, hash: u64, row: usize) -> usize {
-        let h = (hash ^ SEEDS[row]).wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-        row * (self.mask + 1) + ((h >> 32) as usize & self.mask)
+        // A full finaliser per row: rows indexed by lightly perturbed copies of one hash would
+        // collide together and the sketch would act like a single row.
+        let h = fmix64(hash.wrapping_add(SEEDS[row]));
+        row * (self.mask + 1) + (h as usize & self.mask)
     }
 
     #[inline]
     fn door_bit(&self, hash: u64) -> (usize, u64) {
-        let bit = (hash.rotate_left(17).wrapping_mul(0xC4CE_B9FE_1A85_EC53) >> 20) as usize
-            & self.door_mask;
+        let bit = (fmix64(hash ^ 0x5851_F42D_4C95_7F2D) >> 7) as usize & self.door_mask;
         (bit / 64, 1u64 << (bit % 64))
     }
 
