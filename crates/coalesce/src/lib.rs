@@ -56,17 +56,26 @@
 //! # }
 //! ```
 //!
+//! # Across processes
+//! [`DistributedGroup`] adds a cross-process fill lease ([`FillLease`]; [`MemoryLease`] here,
+//! Redis in `coalesce-redis`) so a fleet fills a key about once, not once per process. It fails
+//! open: a lease service that errs or is slow never stops a fill.
+//!
 //! # Features
 //! - `tokio` (default): [`Group::run_detached`], a fill on a spawned task that survives its
-//!   caller. Wait timeouts and takeover ages always use tokio's clock, so tests can pause it.
+//!   caller, and [`DistributedGroup`], whose lease releases run on spawned tasks. Wait timeouts
+//!   and takeover ages always use tokio's clock, so tests can pause it.
 
 mod builder;
 #[cfg(feature = "tokio")]
 mod detached;
+#[cfg(feature = "tokio")]
+mod distributed;
 mod error;
 mod flight;
 mod group;
 mod leader;
+pub mod lease;
 mod stats;
 mod sync;
 mod wait;
@@ -75,9 +84,12 @@ mod waiters;
 use std::hash::Hash;
 
 pub use builder::GroupBuilder;
+#[cfg(feature = "tokio")]
+pub use distributed::{DistributedBuilder, DistributedGroup, LeaseStats, Refresh, SettingsError};
 pub use error::{ErrorPolicy, FlightError};
 pub use group::Group;
 pub use leader::Leader;
+pub use lease::{Acquire, FillLease, LeaseError, LeaseToken, MemoryLease};
 pub use stats::Stats;
 
 /// What [`Group::join`] produced: the lead, or the outcome of another caller's flight.

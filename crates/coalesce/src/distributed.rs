@@ -1,0 +1,638 @@
+//! [`DistributedGroup`]: a [`Group`] whose leaders also take a cross-process [`FillLease`], so a
+//! fleet of processes fills a key about once instead of once per process.
+//!
+//! Built on the public API only ([`Group::join`], [`Leader::finish`]): the in-process flight
+//! decides which caller of this process leads, the lease decides which process fills.
+//!
+//! The rules (cachekit's, see `shared/notes/prior-art.md` §4): suppression is an optimisation,
+//! never an availability dependency. A lease service that errs or answers late means "fill now"
+//! (traced). A lease held by another process means "re-check the shared cache every
+//! `poll_interval`", and fill anyway once one lease time-to-live has passed since this process's
+//! own attempt, so a holder that died costs at most one `ttl`.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, timeout};
+
+use crate::lease::{Acquire, FillLease, LeaseError, LeaseToken, MIN_LEASE_TTL};
+use crate::{FlightError, Group, Joined, Leader};
+
+/// How a lease key is made from a group key.
+type LeaseKeyFn<K> = dyn Fn(&K) -> String + Send + Sync;
+
+/// A [`Group`] in distributed mode: the in-process leader of a key also tries a [`FillLease`].
+///
+/// - **Granted**: re-check the shared cache once (a process that held the lease just before may
+///   have stored the value), otherwise fill; the caller's `fill` stores the value in the shared
+///   cache. The lease is then released on a background task, so the caller does not wait for
+///   it, while this process's next leader for the key waits for that release first and never
+///   finds its own stale lease.
+/// - **Held elsewhere**: call the caller's `recheck` ("is it in the shared cache yet?") every
+///   `poll_interval`, trying the lease again after each miss, until one `ttl` has passed since
+///   this process's first attempt; then fill anyway.
+/// - **Lease error or timeout** (`lease_timeout`): fill at once, traced with `tracing` (fail
+///   open).
+///
+/// Local followers wait for the local leader exactly as in a [`Group`]. Needs a tokio runtime
+/// with time enabled.
+///
+/// ```
+/// use std::sync::Arc;
+/// use coalesce::{DistributedGroup, Group, MemoryLease};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// // One lease service shared by every process (here: two groups in one process).
+/// let lease = Arc::new(MemoryLease::new());
+/// let shared_cache = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+/// let a: DistributedGroup<String, u64> = DistributedGroup::new(Group::new(), lease.clone());
+///
+/// let cache = shared_cache.clone();
+/// let value = a
+///     .run(
+///         "user:42".to_string(),
+///         || {
+///             let cache = cache.clone();
+///             async move { cache.lock().unwrap().get("user:42").copied() }
+///         },
+///         || async {
+///             let v = 42; // the backend's answer, stored where other processes look
+///             cache.lock().unwrap().insert("user:42", v);
+///             Ok(v)
+///         },
+///     )
+///     .await;
+/// assert_eq!(value.unwrap(), 42);
+/// assert_eq!(a.stats().granted, 1);
+/// # }
+/// ```
+pub struct DistributedGroup<K, V, E = std::convert::Infallible> {
+    group: Group<K, V, E>,
+    shared: Arc<Shared>,
+    lease_key: Arc<LeaseKeyFn<K>>,
+}
+
+/// Settings of a [`DistributedGroup`], checked by [`DistributedBuilder::build`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Settings {
+    ttl: Duration,
+    poll_interval: Duration,
+    lease_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(5),
+            poll_interval: Duration::from_millis(100),
+            lease_timeout: Duration::from_millis(200),
+        }
+    }
+}
+
+/// A setting that [`DistributedBuilder::build`] refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettingsError {
+    /// The lease time-to-live is under [`MIN_LEASE_TTL`].
+    #[error("lease ttl {0:?} is under the 1 ms minimum")]
+    TtlTooShort(Duration),
+    /// A zero poll interval would re-check the shared cache in a busy loop.
+    #[error("the poll interval must be greater than zero")]
+    ZeroPollInterval,
+    /// A zero lease timeout would fail open on every call.
+    #[error("the lease timeout must be greater than zero")]
+    ZeroLeaseTimeout,
+}
+
+/// Builds a [`DistributedGroup`] with non-default settings.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use coalesce::{DistributedGroup, Group, MemoryLease};
+///
+/// let group: DistributedGroup<String, Vec<u8>> = DistributedGroup::builder(Arc::new(MemoryLease::new()))
+///     .ttl(Duration::from_secs(2))
+///     .poll_interval(Duration::from_millis(50))
+///     .lease_timeout(Duration::from_millis(100))
+///     .build(Group::new())
+///     .unwrap();
+/// # let _ = group;
+/// ```
+#[derive(Clone)]
+pub struct DistributedBuilder {
+    lease: Arc<dyn FillLease>,
+    settings: Settings,
+}
+
+impl fmt::Debug for DistributedBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DistributedBuilder")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DistributedBuilder {
+    /// The lease's time-to-live, and how long a process waits for another's lease before it
+    /// fills anyway. Default 5 s. Make it longer than a typical fill.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.settings.ttl = ttl;
+        self
+    }
+
+    /// How often a process that found the lease held re-checks the shared cache. Default 100 ms.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.settings.poll_interval = interval;
+        self
+    }
+
+    /// The longest this group waits for any one lease call before it fills without the lease
+    /// (fail open). Default 200 ms.
+    pub fn lease_timeout(mut self, limit: Duration) -> Self {
+        self.settings.lease_timeout = limit;
+        self
+    }
+
+    /// Builds the group over `group`, with lease keys made by `K`'s `Display`.
+    pub fn build<K, V, E>(
+        self,
+        group: Group<K, V, E>,
+    ) -> Result<DistributedGroup<K, V, E>, SettingsError>
+    where
+        K: fmt::Display,
+    {
+        self.build_keyed(group, |key: &K| key.to_string())
+    }
+
+    /// Builds the group over `group`, with lease keys made by `lease_key` (which must give
+    /// distinct keys distinct strings; a lease service may add its own prefix).
+    pub fn build_keyed<K, V, E>(
+        self,
+        group: Group<K, V, E>,
+        lease_key: impl Fn(&K) -> String + Send + Sync + 'static,
+    ) -> Result<DistributedGroup<K, V, E>, SettingsError> {
+        let Settings {
+            ttl,
+            poll_interval,
+            lease_timeout,
+        } = self.settings;
+        if ttl < MIN_LEASE_TTL {
+            return Err(SettingsError::TtlTooShort(ttl));
+        }
+        if poll_interval.is_zero() {
+            return Err(SettingsError::ZeroPollInterval);
+        }
+        if lease_timeout.is_zero() {
+            return Err(SettingsError::ZeroLeaseTimeout);
+        }
+        Ok(DistributedGroup {
+            group,
+            shared: Arc::new(Shared {
+                lease: self.lease,
+                settings: self.settings,
+                pending: parking_lot::Mutex::new(HashMap::new()),
+                next_release: AtomicU64::new(0),
+                counters: Counters::default(),
+            }),
+            lease_key: Arc::new(lease_key),
+        })
+    }
+}
+
+/// What [`DistributedGroup::refresh`] did.
+#[derive(Debug)]
+pub enum Refresh<V, E> {
+    /// This process refreshed the key (or joined a local flight that did); its outcome.
+    Done(Result<V, FlightError<E>>),
+    /// Another process holds the fill lease, so it is refreshing the key: keep serving the
+    /// stale value. Nothing was filled.
+    StoodDown,
+}
+
+/// Counts of what the lease decided, summed since the group was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseStats {
+    /// Leaders that were granted the lease.
+    pub granted: u64,
+    /// Leaders that found the lease held by someone else on their first attempt.
+    pub held_elsewhere: u64,
+    /// Leaders whose re-check found the value, so they filled nothing.
+    pub found_by_recheck: u64,
+    /// Leaders that waited one full `ttl` for another holder and then filled without the lease.
+    pub filled_after_wait: u64,
+    /// Leaders that filled without the lease because the service erred or timed out.
+    pub failed_open: u64,
+    /// Refreshes that stood down because another process held the lease.
+    pub stood_down: u64,
+    /// Background releases that erred or timed out (the lease then expires on its own).
+    pub release_failures: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    granted: AtomicU64,
+    held_elsewhere: AtomicU64,
+    found_by_recheck: AtomicU64,
+    filled_after_wait: AtomicU64,
+    failed_open: AtomicU64,
+    stood_down: AtomicU64,
+    release_failures: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Relaxed);
+}
+
+/// What the group shares with its background release tasks.
+struct Shared {
+    lease: Arc<dyn FillLease>,
+    settings: Settings,
+    /// Releases sent in the background and not yet answered, by lease key: the next leader of
+    /// the key in this process waits for them, so it never finds its own stale lease.
+    pending: parking_lot::Mutex<HashMap<String, PendingRelease>>,
+    next_release: AtomicU64,
+    counters: Counters,
+}
+
+struct PendingRelease {
+    id: u64,
+    handle: JoinHandle<()>,
+}
+
+/// A lease this process holds. Dropping it (after the fill, or because the leader was dropped)
+/// sends the release on a background task; outside a tokio runtime the lease expires instead.
+struct HeldLease {
+    shared: Arc<Shared>,
+    key: String,
+    token: LeaseToken,
+}
+
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        let key = std::mem::take(&mut self.key);
+        let token = self.token.clone();
+        self.shared.release_in_background(key, token);
+    }
+}
+
+/// The local lead and the lease, in one value so that dropping it releases the lease (field
+/// order: `held` drops first, registering the pending release) before the lead is handed to a
+/// local follower, whose own attempt then waits for that release.
+struct Lead<K: Hash + Eq, V, E> {
+    held: Option<HeldLease>,
+    leader: Leader<K, V, E>,
+}
+
+impl<K: Hash + Eq, V: Clone, E> Lead<K, V, E> {
+    fn finish(self, result: Result<V, E>) -> Result<V, FlightError<E>> {
+        let Lead { held, leader } = self;
+        drop(held);
+        leader.finish(result)
+    }
+}
+
+/// What a leader does after asking the lease.
+enum Step<V> {
+    /// The shared cache had the value: publish it, fill nothing.
+    Found(V),
+    /// Fill (with the lease in `Lead::held`, or without it: fail open or waited out).
+    Fill,
+    /// A refresh found the lease held elsewhere.
+    StandDown,
+}
+
+impl<K, V, E> fmt::Debug for DistributedGroup<K, V, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DistributedGroup")
+            .field("group", &self.group)
+            .field("settings", &self.shared.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, V, E> Clone for DistributedGroup<K, V, E> {
+    fn clone(&self) -> Self {
+        Self {
+            group: self.group.clone(),
+            shared: Arc::clone(&self.shared),
+            lease_key: Arc::clone(&self.lease_key),
+        }
+    }
+}
+
+impl DistributedGroup<(), ()> {
+    /// Starts a [`DistributedBuilder`] over `lease`.
+    pub fn builder(lease: Arc<dyn FillLease>) -> DistributedBuilder {
+        DistributedBuilder {
+            lease,
+            settings: Settings::default(),
+        }
+    }
+}
+
+impl<K: fmt::Display, V, E> DistributedGroup<K, V, E> {
+    /// `group` in distributed mode over `lease`, with default settings (ttl 5 s, poll every
+    /// 100 ms, lease calls limited to 200 ms) and lease keys made by `K`'s `Display`.
+    pub fn new(group: Group<K, V, E>, lease: Arc<dyn FillLease>) -> Self {
+        match DistributedGroup::builder(lease).build(group) {
+            Ok(built) => built,
+            Err(error) => unreachable!("the default settings are valid: {error}"),
+        }
+    }
+}
+
+impl<K, V, E> DistributedGroup<K, V, E> {
+    /// The in-process group (its stats, `in_flight`, `forget`...).
+    pub fn group(&self) -> &Group<K, V, E> {
+        &self.group
+    }
+
+    /// A snapshot of the lease counters.
+    pub fn stats(&self) -> LeaseStats {
+        let c = &self.shared.counters;
+        LeaseStats {
+            granted: c.granted.load(Relaxed),
+            held_elsewhere: c.held_elsewhere.load(Relaxed),
+            found_by_recheck: c.found_by_recheck.load(Relaxed),
+            filled_after_wait: c.filled_after_wait.load(Relaxed),
+            failed_open: c.failed_open.load(Relaxed),
+            stood_down: c.stood_down.load(Relaxed),
+            release_failures: c.release_failures.load(Relaxed),
+        }
+    }
+
+    /// Number of lease releases sent in the background and not yet answered.
+    pub fn pending_releases(&self) -> usize {
+        self.shared
+            .pending
+            .lock()
+            .values()
+            .filter(|p| !p.handle.is_finished())
+            .count()
+    }
+}
+
+impl<K, V, E> DistributedGroup<K, V, E>
+where
+    K: Hash + Eq + Clone,
+    V: Clone,
+{
+    /// Returns the value for `key`, filling it at most once per process (through the local
+    /// [`Group`]) and about once per fleet (through the lease).
+    ///
+    /// `fill` must store the value where the other processes' `recheck` finds it (the shared
+    /// cache) before it returns. `recheck` reads that cache: `Some(value)` ends the wait with
+    /// that value and no fill. Only the local leader calls either.
+    ///
+    /// # Cancellation
+    /// Dropped at any await, nothing is left that can make a caller hang: the local lead passes
+    /// to the oldest waiting local follower (as with [`Group::run`]), which runs this same
+    /// sequence itself. At each await:
+    /// - waiting as a local follower: this caller leaves the queue;
+    /// - waiting for this process's previous release of the key: nothing is held yet;
+    /// - asking the lease service: a lease granted to the dropped call is never seen here and
+    ///   expires after its `ttl` (local followers that take over meanwhile wait at most that
+    ///   long, re-checking the shared cache);
+    /// - re-checking the shared cache, waiting between polls, or filling: a lease held is
+    ///   released on a background task (registered first, so the follower taking over waits
+    ///   for it rather than finding this process's stale lease), then the lead is handed on.
+    pub async fn run<C, CFut, F, FFut>(
+        &self,
+        key: K,
+        mut recheck: C,
+        fill: F,
+    ) -> Result<V, FlightError<E>>
+    where
+        C: FnMut() -> CFut,
+        CFut: Future<Output = Option<V>>,
+        F: FnOnce() -> FFut,
+        FFut: Future<Output = Result<V, E>>,
+    {
+        let mut lead = match self.group.join(key).await {
+            Joined::Leader(leader) => Lead { held: None, leader },
+            Joined::Done(result) => return result,
+        };
+        let lease_key = (self.lease_key)(lead.leader.key());
+        match self
+            .shared
+            .decide(&mut lead, &lease_key, Some(&mut recheck))
+            .await
+        {
+            Step::Found(value) => lead.finish(Ok(value)),
+            Step::Fill => {
+                let result = fill().await;
+                lead.finish(result)
+            }
+            Step::StandDown => unreachable!("only a refresh stands down"),
+        }
+    }
+
+    /// A stale-while-revalidate refresh of `key`: fills (and, in `fill`, stores) a fresh value
+    /// unless another process holds the fill lease, in which case it stands down and the caller
+    /// keeps serving its stale value. A lease error refreshes anyway (fail open). If a local
+    /// flight for `key` is already running, this waits for it and returns its outcome.
+    ///
+    /// # Cancellation
+    /// As [`run`](DistributedGroup::run): dropped at any await, a lease held is released in the
+    /// background and the local lead passes to a waiting local follower. Standing down also
+    /// hands the local lead to a waiting follower (which then asks the lease itself).
+    pub async fn refresh<F, FFut>(&self, key: K, fill: F) -> Refresh<V, E>
+    where
+        F: FnOnce() -> FFut,
+        FFut: Future<Output = Result<V, E>>,
+    {
+        let mut lead = match self.group.join(key).await {
+            Joined::Leader(leader) => Lead { held: None, leader },
+            Joined::Done(result) => return Refresh::Done(result),
+        };
+        let lease_key = (self.lease_key)(lead.leader.key());
+        let no_recheck: Option<&mut fn() -> std::future::Ready<Option<V>>> = None;
+        match self.shared.decide(&mut lead, &lease_key, no_recheck).await {
+            Step::Fill => {
+                let result = fill().await;
+                Refresh::Done(lead.finish(result))
+            }
+            Step::StandDown => {
+                // Dropping the lead hands it to a waiting local follower, if any.
+                drop(lead);
+                Refresh::StoodDown
+            }
+            Step::Found(_) => unreachable!("a refresh does not re-check"),
+        }
+    }
+}
+
+impl Shared {
+    /// Asks the lease what the leader `lead` should do. With `recheck`, waits for a lease held
+    /// elsewhere (re-checking); without it (a refresh), stands down at once.
+    async fn decide<K, V, E, C, CFut>(
+        self: &Arc<Self>,
+        lead: &mut Lead<K, V, E>,
+        lease_key: &str,
+        mut recheck: Option<&mut C>,
+    ) -> Step<V>
+    where
+        K: Hash + Eq,
+        C: FnMut() -> CFut,
+        CFut: Future<Output = Option<V>>,
+    {
+        self.await_pending_release(lease_key).await;
+        let deadline = Instant::now() + self.settings.ttl;
+        let mut first = true;
+        loop {
+            match self.try_acquire(lease_key).await {
+                Ok(Acquire::Acquired(token)) => {
+                    bump(&self.counters.granted);
+                    lead.held = Some(HeldLease {
+                        shared: Arc::clone(self),
+                        key: lease_key.to_owned(),
+                        token,
+                    });
+                    let Some(recheck) = recheck.as_mut() else {
+                        return Step::Fill;
+                    };
+                    // Double-check: the previous holder may have stored just before we asked.
+                    if let Some(value) = recheck().await {
+                        bump(&self.counters.found_by_recheck);
+                        return Step::Found(value);
+                    }
+                    return Step::Fill;
+                }
+                Ok(Acquire::HeldElsewhere) => {
+                    if first {
+                        bump(&self.counters.held_elsewhere);
+                    }
+                    if recheck.is_none() {
+                        bump(&self.counters.stood_down);
+                        tracing::debug!(
+                            lease_key,
+                            "fill lease held elsewhere; refresh stands down"
+                        );
+                        return Step::StandDown;
+                    }
+                }
+                Err(error) => {
+                    bump(&self.counters.failed_open);
+                    tracing::warn!(lease_key, %error, "fill lease unavailable; filling without it (fail open)");
+                    return Step::Fill;
+                }
+            }
+            first = false;
+            let Some(recheck) = recheck.as_mut() else {
+                unreachable!("returned above");
+            };
+            let now = Instant::now();
+            if now < deadline {
+                tokio::time::sleep_until(deadline.min(now + self.settings.poll_interval)).await;
+                if let Some(value) = recheck().await {
+                    bump(&self.counters.found_by_recheck);
+                    return Step::Found(value);
+                }
+            }
+            if Instant::now() >= deadline {
+                bump(&self.counters.filled_after_wait);
+                tracing::debug!(
+                    lease_key,
+                    "fill lease still held after one ttl; filling anyway"
+                );
+                return Step::Fill;
+            }
+        }
+    }
+
+    async fn try_acquire(&self, key: &str) -> Result<Acquire, LeaseError> {
+        let limit = self.settings.lease_timeout;
+        match timeout(limit, self.lease.try_acquire(key, self.settings.ttl)).await {
+            Ok(answer) => answer,
+            Err(_elapsed) => Err(LeaseError::TimedOut(limit)),
+        }
+    }
+
+    /// Waits (at most `lease_timeout`) for this process's own release of `key`, if one is in
+    /// flight. Dropped while waiting, the release is put back for the next leader.
+    async fn await_pending_release(&self, key: &str) {
+        let Some(pending) = self.pending.lock().remove(key) else {
+            return;
+        };
+        let mut waiting = Reinsert {
+            shared: self,
+            key,
+            pending: Some(pending),
+        };
+        if let Some(pending) = waiting.pending.as_mut() {
+            // A release that panicked or was cancelled ends the wait as well.
+            let _ = timeout(self.settings.lease_timeout, &mut pending.handle).await;
+        }
+    }
+
+    /// Sends `release(key, token)` on a background task and records it in `pending` until it
+    /// is answered. Outside a tokio runtime the lease is left to expire.
+    fn release_in_background(self: &Arc<Self>, key: String, token: LeaseToken) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!(
+                lease_key = key,
+                "no tokio runtime to release the fill lease on; it expires after its ttl"
+            );
+            return;
+        };
+        // Spawn under the lock, so the task cannot finish (and look for its entry) before the
+        // entry is in the map.
+        let mut pending = self.pending.lock();
+        let id = self.next_release.fetch_add(1, Relaxed);
+        let shared = Arc::clone(self);
+        let task_key = key.clone();
+        let handle = runtime.spawn(async move {
+            shared.release_now(&task_key, &token).await;
+            let mut pending = shared.pending.lock();
+            if pending.get(&task_key).is_some_and(|p| p.id == id) {
+                pending.remove(&task_key);
+            }
+        });
+        // An older release of the key still in flight (after a takeover) goes on, detached.
+        pending.insert(key, PendingRelease { id, handle });
+    }
+
+    async fn release_now(&self, key: &str, token: &LeaseToken) {
+        let limit = self.settings.lease_timeout;
+        let error = match timeout(limit, self.lease.release(key, token)).await {
+            Ok(Ok(_released)) => return,
+            Ok(Err(error)) => error,
+            Err(_elapsed) => LeaseError::TimedOut(limit),
+        };
+        bump(&self.counters.release_failures);
+        tracing::warn!(lease_key = key, %error, "fill lease release failed; it expires after its ttl");
+    }
+}
+
+/// Puts a taken pending release back in the map if the wait for it was dropped before it was
+/// answered (and no newer release of the key was registered meanwhile).
+struct Reinsert<'a> {
+    shared: &'a Shared,
+    key: &'a str,
+    pending: Option<PendingRelease>,
+}
+
+impl Drop for Reinsert<'_> {
+    fn drop(&mut self) {
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
+        if pending.handle.is_finished() {
+            return;
+        }
+        if let Entry::Vacant(slot) = self.shared.pending.lock().entry(self.key.to_owned()) {
+            slot.insert(pending);
+        }
+    }
+}

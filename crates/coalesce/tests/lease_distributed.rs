@@ -1,0 +1,519 @@
+//! `DistributedGroup` over a shared `MemoryLease`, with several groups playing several
+//! processes, on tokio's paused clock: one fill per key across "processes", waiting out a held
+//! lease from this process's own attempt, failing open on errors and timeouts, background
+//! release without finding our own stale lease, refresh standing down, and cancellation at
+//! every await.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use coalesce::{
+    Acquire, DistributedGroup, FillLease, FlightError, Group, LeaseError, LeaseToken, MemoryLease,
+    Refresh,
+};
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_secs(5);
+const POLL: Duration = Duration::from_millis(100);
+const LEASE_TIMEOUT: Duration = Duration::from_millis(200);
+const FILL_TIME: Duration = Duration::from_secs(1);
+
+type Proc = DistributedGroup<u32, u64, String>;
+type Outcome = Result<u64, FlightError<String>>;
+
+/// The shared cache and the metered backend every "process" talks to.
+#[derive(Clone, Default)]
+struct World {
+    cache: Arc<Mutex<HashMap<u32, u64>>>,
+    backend_calls: Arc<AtomicUsize>,
+}
+
+impl World {
+    fn process(&self, lease: Arc<dyn FillLease>) -> Proc {
+        DistributedGroup::builder(lease)
+            .ttl(TTL)
+            .poll_interval(POLL)
+            .lease_timeout(LEASE_TIMEOUT)
+            .build(Group::new())
+            .unwrap()
+    }
+
+    fn cached(&self, key: u32) -> Option<u64> {
+        self.cache.lock().unwrap().get(&key).copied()
+    }
+
+    /// A caller of `proc`: the shared cache first, then the distributed group.
+    fn call(&self, proc: &Proc, key: u32) -> Pin<Box<dyn Future<Output = Outcome> + Send>> {
+        let (world, proc) = (self.clone(), proc.clone());
+        Box::pin(async move {
+            if let Some(hit) = world.cached(key) {
+                return Ok(hit);
+            }
+            let recheck = || {
+                let world = world.clone();
+                async move {
+                    tokio::task::yield_now().await; // a round trip to the shared cache
+                    world.cached(key)
+                }
+            };
+            let fill = || {
+                let world = world.clone();
+                async move {
+                    world.backend_calls.fetch_add(1, SeqCst);
+                    tokio::time::sleep(FILL_TIME).await;
+                    let value = u64::from(key) * 10;
+                    world.cache.lock().unwrap().insert(key, value);
+                    Ok(value)
+                }
+            };
+            proc.run(key, recheck, fill).await
+        })
+    }
+
+    fn calls(&self) -> usize {
+        self.backend_calls.load(SeqCst)
+    }
+}
+
+/// Someone else (a process that died, say) holding `key`'s lease for `ttl`.
+async fn foreign_holder(lease: &dyn FillLease, key: u32, ttl: Duration) -> LeaseToken {
+    match lease.try_acquire(&key.to_string(), ttl).await.unwrap() {
+        Acquire::Acquired(token) => token,
+        Acquire::HeldElsewhere => panic!("expected the lease to be free"),
+    }
+}
+
+/// Lets spawned tasks (background releases) run.
+async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_processes_with_many_callers_fill_a_key_once() {
+    let world = World::default();
+    let lease = Arc::new(MemoryLease::new());
+    let (a, b) = (world.process(lease.clone()), world.process(lease.clone()));
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let proc = if i % 2 == 0 { &a } else { &b };
+        tasks.push(tokio::spawn(world.call(proc, 7)));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), Ok(70));
+    }
+    assert_eq!(world.calls(), 1, "one backend call across both processes");
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!(sa.granted + sb.granted, 1);
+    assert_eq!(sa.held_elsewhere + sb.held_elsewhere, 1);
+    assert_eq!(sa.found_by_recheck + sb.found_by_recheck, 1);
+    assert_eq!(sa.failed_open + sb.failed_open, 0);
+    settle().await;
+    assert_eq!(lease.held(), 0, "the winner released its lease");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_lease_each_process_fills() {
+    // The control for the test above: plain groups, same callers.
+    let world = World::default();
+    let groups: Vec<Group<u32, u64, String>> = vec![Group::new(), Group::new()];
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let (world, group) = (world.clone(), groups[i % 2].clone());
+        tasks.push(tokio::spawn(async move {
+            group
+                .run(7, || async move {
+                    world.backend_calls.fetch_add(1, SeqCst);
+                    tokio::time::sleep(FILL_TIME).await;
+                    Ok::<_, String>(70)
+                })
+                .await
+        }));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), Ok(70));
+    }
+    assert_eq!(world.backend_calls.load(SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_lease_is_waited_out_for_one_ttl_from_our_own_attempt_then_we_fill() {
+    let world = World::default();
+    let lease = Arc::new(MemoryLease::new());
+    // A holder that never stores and whose lease outlives our patience.
+    foreign_holder(&*lease, 7, TTL * 10).await;
+    let proc = world.process(lease.clone());
+    tokio::time::advance(Duration::from_secs(3)).await;
+    let started = Instant::now();
+    assert_eq!(world.call(&proc, 7).await, Ok(70));
+    let waited = started.elapsed() - FILL_TIME;
+    assert!(
+        waited >= TTL && waited < TTL + POLL,
+        "waited {waited:?}, expected one ttl ({TTL:?}) measured from our own attempt"
+    );
+    assert_eq!(world.calls(), 1);
+    let stats = proc.stats();
+    assert_eq!((stats.held_elsewhere, stats.filled_after_wait), (1, 1));
+    assert_eq!(stats.granted, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_that_expires_while_we_wait_is_taken_at_the_next_poll() {
+    let world = World::default();
+    let lease = Arc::new(MemoryLease::new());
+    foreign_holder(&*lease, 7, Duration::from_secs(2)).await;
+    let proc = world.process(lease.clone());
+    let started = Instant::now();
+    assert_eq!(world.call(&proc, 7).await, Ok(70));
+    let waited = started.elapsed() - FILL_TIME;
+    assert!(waited >= Duration::from_secs(2) && waited < Duration::from_secs(2) + POLL);
+    let stats = proc.stats();
+    assert_eq!(
+        (stats.held_elsewhere, stats.granted, stats.filled_after_wait),
+        (1, 1, 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_value_stored_by_the_holder_ends_the_wait_without_a_fill() {
+    let world = World::default();
+    let lease = Arc::new(MemoryLease::new());
+    foreign_holder(&*lease, 7, TTL).await;
+    let proc = world.process(lease.clone());
+    let other = world.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(750)).await;
+        other.cache.lock().unwrap().insert(7, 99);
+    });
+    let started = Instant::now();
+    assert_eq!(world.call(&proc, 7).await, Ok(99));
+    assert!(started.elapsed() < Duration::from_millis(750) + POLL * 2);
+    assert_eq!(world.calls(), 0);
+    assert_eq!(proc.stats().found_by_recheck, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_service_that_is_down_means_fill_at_once() {
+    let world = World::default();
+    let lease = Arc::new(MemoryLease::new());
+    lease.set_available(false);
+    let proc = world.process(lease.clone());
+    let started = Instant::now();
+    assert_eq!(world.call(&proc, 7).await, Ok(70));
+    assert_eq!(started.elapsed(), FILL_TIME, "no time lost to the lease");
+    assert_eq!(proc.stats().failed_open, 1);
+    assert_eq!(world.calls(), 1);
+}
+
+/// A lease service that accepts the connection and never answers.
+struct Silent;
+
+#[async_trait]
+impl FillLease for Silent {
+    async fn try_acquire(&self, _: &str, _: Duration) -> Result<Acquire, LeaseError> {
+        std::future::pending().await
+    }
+    async fn release(&self, _: &str, _: &LeaseToken) -> Result<bool, LeaseError> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_service_that_never_answers_costs_one_lease_timeout() {
+    let world = World::default();
+    let proc = world.process(Arc::new(Silent));
+    let started = Instant::now();
+    assert_eq!(world.call(&proc, 7).await, Ok(70));
+    assert_eq!(started.elapsed(), LEASE_TIMEOUT + FILL_TIME);
+    assert_eq!(proc.stats().failed_open, 1);
+}
+
+/// Delegates to a `MemoryLease`, but a release takes `delay` to arrive.
+struct SlowRelease {
+    inner: Arc<MemoryLease>,
+    delay: Duration,
+    releases: AtomicUsize,
+}
+
+#[async_trait]
+impl FillLease for SlowRelease {
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Acquire, LeaseError> {
+        self.inner.try_acquire(key, ttl).await
+    }
+    async fn release(&self, key: &str, token: &LeaseToken) -> Result<bool, LeaseError> {
+        tokio::time::sleep(self.delay).await;
+        self.releases.fetch_add(1, SeqCst);
+        self.inner.release(key, token).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_does_not_delay_the_caller_and_our_next_leader_never_finds_our_stale_lease() {
+    let world = World::default();
+    let memory = Arc::new(MemoryLease::new());
+    let slow = Arc::new(SlowRelease {
+        inner: memory.clone(),
+        delay: LEASE_TIMEOUT / 2,
+        releases: AtomicUsize::new(0),
+    });
+    let proc = world.process(slow.clone());
+    let started = Instant::now();
+    assert_eq!(world.call(&proc, 7).await, Ok(70));
+    assert_eq!(
+        started.elapsed(),
+        FILL_TIME,
+        "the caller did not wait for the release"
+    );
+    assert_eq!(proc.pending_releases(), 1);
+    assert_eq!(memory.held(), 1, "the release is still on its way");
+
+    // The value is evicted from the shared cache; the next miss in this process leads again.
+    world.cache.lock().unwrap().clear();
+    assert_eq!(world.call(&proc, 7).await, Ok(70));
+    let stats = proc.stats();
+    assert_eq!(
+        stats.granted, 2,
+        "the second leader waited for our release: {stats:?}"
+    );
+    assert_eq!(stats.held_elsewhere, 0);
+    assert_eq!(world.calls(), 2);
+    tokio::time::sleep(LEASE_TIMEOUT).await;
+    assert_eq!(slow.releases.load(SeqCst), 2);
+    assert_eq!(memory.held(), 0);
+    assert_eq!(proc.pending_releases(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_that_fails_is_counted_and_the_lease_expires() {
+    let world = World::default();
+    let lease = Arc::new(MemoryLease::new());
+    let proc = world.process(lease.clone());
+    let world2 = world.clone();
+    let lease2 = lease.clone();
+    let fill_then_outage = async move {
+        let value = proc
+            .run(
+                7,
+                || async { None },
+                || async move {
+                    let v = 70;
+                    world2.cache.lock().unwrap().insert(7, v);
+                    lease2.set_available(false); // the service goes away before the release
+                    Ok(v)
+                },
+            )
+            .await;
+        (proc, value)
+    };
+    let (proc, value) = fill_then_outage.await;
+    assert_eq!(value, Ok(70));
+    settle().await;
+    assert_eq!(proc.stats().release_failures, 1);
+    lease.set_available(true);
+    assert_eq!(lease.held(), 1);
+    tokio::time::advance(TTL).await;
+    assert_eq!(lease.held(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn refresh_stands_down_while_another_process_holds_the_lease() {
+    let world = World::default();
+    let lease = Arc::new(MemoryLease::new());
+    let proc = world.process(lease.clone());
+    let token = foreign_holder(&*lease, 7, TTL).await;
+    let calls = AtomicUsize::new(0);
+    let refresh = proc
+        .refresh(7, || async {
+            calls.fetch_add(1, SeqCst);
+            Ok(1)
+        })
+        .await;
+    assert!(matches!(refresh, Refresh::StoodDown));
+    assert_eq!(calls.load(SeqCst), 0);
+    assert_eq!(proc.stats().stood_down, 1);
+    assert_eq!(proc.group().in_flight(), 0);
+
+    // Once the lease is free, the refresh runs, and releases it afterwards.
+    assert!(lease.release("7", &token).await.unwrap());
+    let refresh = proc
+        .refresh(7, || async {
+            calls.fetch_add(1, SeqCst);
+            Ok(2)
+        })
+        .await;
+    assert!(matches!(refresh, Refresh::Done(Ok(2))));
+    settle().await;
+    assert_eq!(lease.held(), 0);
+
+    // A lease service that is down does not stop a refresh.
+    lease.set_available(false);
+    let refresh = proc
+        .refresh(7, || async {
+            calls.fetch_add(1, SeqCst);
+            Ok(3)
+        })
+        .await;
+    assert!(matches!(refresh, Refresh::Done(Ok(3))));
+    assert_eq!(calls.load(SeqCst), 2);
+    assert_eq!(proc.stats().failed_open, 1);
+}
+
+/// Delegates to a `MemoryLease`, but an acquisition takes `delay` to answer.
+struct SlowAcquire {
+    inner: Arc<MemoryLease>,
+    delay: Duration,
+}
+
+#[async_trait]
+impl FillLease for SlowAcquire {
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Acquire, LeaseError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.try_acquire(key, ttl).await
+    }
+    async fn release(&self, key: &str, token: &LeaseToken) -> Result<bool, LeaseError> {
+        self.inner.release(key, token).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_that_stands_down_hands_local_callers_on() {
+    let world = World::default();
+    let memory = Arc::new(MemoryLease::new());
+    let lease = Arc::new(SlowAcquire {
+        inner: memory.clone(),
+        delay: Duration::from_millis(50),
+    });
+    let proc = world.process(lease);
+    foreign_holder(&*memory, 7, Duration::from_secs(1)).await;
+    let refresh = {
+        let proc = proc.clone();
+        tokio::spawn(async move { proc.refresh(7, || async { Ok(0) }).await })
+    };
+    settle().await; // the refresh leads locally and is asking the lease
+    let caller = tokio::spawn(world.call(&proc, 7));
+    settle().await;
+    assert_eq!(
+        proc.group().stats().joined,
+        1,
+        "the caller queued behind the refresh"
+    );
+    assert!(matches!(refresh.await.unwrap(), Refresh::StoodDown));
+    // The queued caller was handed the lead, waited for the foreign lease to expire, and filled.
+    assert_eq!(caller.await.unwrap(), Ok(70));
+    assert_eq!(world.calls(), 1);
+    let stats = proc.stats();
+    assert_eq!((stats.stood_down, stats.granted), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_leader_releases_and_a_local_follower_takes_over_without_waiting() {
+    let world = World::default();
+    let lease = Arc::new(MemoryLease::new());
+    let proc = world.process(lease.clone());
+    let mut leader = world.call(&proc, 7);
+    let waker = Waker::noop();
+    // Poll until the leader is inside its fill (the backend has been called).
+    while world.calls() == 0 {
+        assert!(
+            leader
+                .as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending()
+        );
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(lease.held(), 1);
+    let follower = tokio::spawn(world.call(&proc, 7));
+    settle().await;
+    assert_eq!(proc.group().stats().joined, 1);
+    let started = Instant::now();
+    drop(leader);
+    assert_eq!(follower.await.unwrap(), Ok(70));
+    assert_eq!(
+        started.elapsed(),
+        FILL_TIME,
+        "the follower found no stale lease of ours"
+    );
+    let stats = proc.stats();
+    assert_eq!((stats.granted, stats.held_elsewhere), (2, 0));
+    settle().await;
+    assert_eq!(lease.held(), 0);
+    assert_eq!(proc.group().in_flight(), 0);
+}
+
+/// Polls `fut` `n` times (advancing the paused clock by one poll interval between polls, so
+/// timers fire), returning its output if it completed.
+async fn poll_n(
+    fut: &mut Pin<Box<dyn Future<Output = Outcome> + Send>>,
+    n: usize,
+) -> Option<Outcome> {
+    for _ in 0..n {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            return Some(out);
+        }
+        tokio::time::advance(POLL).await;
+    }
+    None
+}
+
+/// Drops a leader after every number of polls, on the granted path and on the held-elsewhere
+/// path: the queued local follower always completes, no flight is left, and the lease ends up
+/// free (released in the background, or never taken).
+#[tokio::test(start_paused = true)]
+async fn cancellation_sweep_over_every_await_of_a_leader() {
+    for held_elsewhere in [false, true] {
+        let mut completed_at = None;
+        for n in 0.. {
+            let world = World::default();
+            let lease = Arc::new(MemoryLease::new());
+            let proc = world.process(lease.clone());
+            if held_elsewhere {
+                // Another process holds the lease for 1 s and never stores.
+                foreign_holder(&*lease, 7, Duration::from_secs(1)).await;
+            }
+            let mut leader = world.call(&proc, 7);
+            if let Some(out) = poll_n(&mut leader, n).await {
+                assert_eq!(out, Ok(70));
+                completed_at = Some(n);
+                break;
+            }
+            let follower = tokio::spawn(world.call(&proc, 7));
+            settle().await;
+            drop(leader);
+            let out = tokio::time::timeout(TTL * 4, follower)
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("follower stuck after the leader was dropped at poll {n}")
+                })
+                .unwrap();
+            assert_eq!(out, Ok(70), "poll {n}");
+            settle().await;
+            assert_eq!(proc.group().in_flight(), 0, "poll {n}");
+            tokio::time::advance(Duration::from_secs(1)).await; // the foreign lease expires
+            assert_eq!(lease.held(), 0, "poll {n}: a lease was left behind");
+            assert!(world.calls() <= 2, "poll {n}");
+            assert!(n < 1000, "the leader never completes");
+        }
+        assert!(
+            completed_at.unwrap() > 3,
+            "the sweep covered several awaits"
+        );
+    }
+}
+
+#[test]
+fn run_and_refresh_futures_are_send() {
+    fn assert_send<T: Send>(_: &T) {}
+    let proc: Proc = World::default().process(Arc::new(MemoryLease::new()));
+    let run = proc.run(1, || async { None }, || async { Ok(1) });
+    assert_send(&run);
+    let refresh = proc.refresh(1, || async { Ok(1) });
+    assert_send(&refresh);
+}
