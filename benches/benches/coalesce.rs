@@ -1,7 +1,9 @@
 //! `coalesce` speed (issue 2 "Speed"), side by side in one criterion group:
 //! - uncontended lead + finish on a fresh key, through `run` and through `join` + `finish`;
 //! - the peers' miss paths: `moka::future::Cache::get_with` and quick_cache's
-//!   `get_value_or_guard_async` placeholder (guard + insert);
+//!   `get_value_or_guard_async` placeholder (guard + insert), which also store the value in a
+//!   100K-entry cache (at capacity after the first 100K keys); `ttl-lru`'s `get_or_try_insert`
+//!   is the like-for-like herd row (coalesce + store);
 //! - the floor: a `parking_lot::Mutex<HashMap>` insert + remove (registering and clearing an
 //!   in-flight marker with no waiter machinery at all);
 //! - 1 leader with 1, 100 and 10,000 followers waiting (reported per woken follower).
@@ -99,6 +101,26 @@ fn uncontended(c: &mut Criterion) {
                 let started = Instant::now();
                 for key in fresh_keys(iters) {
                     black_box(moka.get_with(key, async move { key }).await);
+                }
+                started.elapsed()
+            })
+        })
+    });
+
+    let ttl: ttl_lru::Cache<u64, u64> = ttl_lru::Cache::builder(100_000).build();
+    group.bench_function("ttl-lru get_or_try_insert (miss, stores)", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let started = Instant::now();
+                for key in fresh_keys(iters) {
+                    let fetched = ttl
+                        .get_or_try_insert(
+                            key,
+                            |_| Duration::from_secs(3600),
+                            || async move { Ok::<_, Infallible>(key) },
+                        )
+                        .await;
+                    black_box(fetched.ok());
                 }
                 started.elapsed()
             })
