@@ -1,0 +1,163 @@
+//! Conformance suites a backend author runs against their own implementation: hold a custom
+//! `stream_cache::Storage` (or a read-through cache) to the same contract as the shipped ones.
+//!
+//! The contract that matters most, "a reader never sees a clean end for a write that failed", is
+//! exactly the one a backend author gets wrong, so every abort path (writer dropped, explicit
+//! abort, length mismatch, size limit, purge, injected I/O faults, cancellation at every await)
+//! has a case here.
+//!
+//! Core types:
+//! - [`storage::Suite`]: runs every storage case, each on a fresh storage from your factory, and
+//!   returns a [`Report`] (passed / failed / skipped per case, with expected vs seen).
+//!   [`storage_tests!`] generates one `#[test]` per case instead.
+//! - [`Faulty`]: wraps any backend and injects faults (fail the Nth write or lookup, stay pending
+//!   K polls, abort a stream part-way).
+//! - [`read_through::Suite`] over the [`read_through::ReadThrough`] trait: coalescing, leader
+//!   cancellation, error sharing, no hang; [`read_through::TtlLruAdapter`] runs it on
+//!   `ttl_lru::Cache`.
+//!
+//! ```
+//! use stream_cache::MemStorage;
+//!
+//! # tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap().block_on(async {
+//! let report = conformance::storage::Suite::new(|| async { MemStorage::new(4 << 20) })
+//!     .only(["round_trip", "writer_dropped_reader_sees_abort", "range_read_partial"])
+//!     .run()
+//!     .await;
+//! assert_eq!(report.passed().len(), 3);
+//! report.assert_passed(); // panics once, listing every failed case
+//! # });
+//! ```
+//!
+//! See `docs/conformance.md` for the case list, capability gating, and a backend written from
+//! scratch outside this crate.
+
+pub mod faulty;
+pub mod lease;
+pub mod read_through;
+pub mod report;
+pub mod storage;
+pub mod support;
+pub mod sweep;
+
+pub use faulty::{FaultPlan, Faulty, InjectedFault};
+pub use report::{CaseError, CaseReport, CaseResult, Failure, Outcome, Report, Skip};
+pub use support::{Guarded, TempDir};
+
+/// Support for the macros; not a public API.
+#[doc(hidden)]
+pub mod __private {
+    use std::future::Future;
+
+    use crate::report::Outcome;
+    use crate::storage::{CASES, Settings, Suite};
+
+    /// Run storage case `name` on a fresh multi-thread runtime (2 workers, all drivers) and
+    /// panic with the report if it failed; a skip is printed and passes.
+    pub fn run_storage_case<F, Fut, S>(name: &str, factory: F, settings: Settings)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = S>,
+        S: stream_cache::Storage,
+    {
+        let case = CASES
+            .iter()
+            .find(|case| case.name == name)
+            .unwrap_or_else(|| panic!("no storage case named {name}"));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("build a tokio runtime");
+        let report = runtime.block_on(async {
+            let suite = Suite::new(factory).settings(settings);
+            crate::report::Report {
+                suite: "storage",
+                cases: vec![crate::report::CaseReport {
+                    name: case.name,
+                    outcome: suite.run_case(case).await,
+                }],
+            }
+        });
+        if let Some(Outcome::Skipped(skip)) = report.outcome(name) {
+            eprintln!("conformance: {name} SKIPPED: {}", skip.reason);
+        }
+        report.assert_passed();
+    }
+}
+
+/// Generate one `#[test]` per storage case in a module called `$name`:
+///
+/// ```ignore
+/// conformance::storage_tests!(my_storage, || async { MyStorage::for_tests().await });
+/// // with settings:
+/// conformance::storage_tests!(my_small_storage, || async { MyStorage::small().await },
+///     conformance::storage::Settings::default().large_body(16 * 1024));
+/// ```
+///
+/// The factory expression is evaluated in each generated test (inside the module, with
+/// `use super::*`). Each test runs its case on its own multi-thread tokio runtime. A case skipped
+/// for a missing capability prints `SKIPPED` and passes (libtest has no skipped outcome); use
+/// [`storage::Suite`] to see skips counted.
+#[macro_export]
+macro_rules! storage_tests {
+    ($name:ident, $factory:expr $(,)?) => {
+        $crate::storage_tests!($name, $factory, $crate::storage::Settings::default());
+    };
+    ($name:ident, $factory:expr, $settings:expr $(,)?) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__storage_case_tests!(
+                [$factory, $settings]
+                round_trip
+                empty_body
+                large_body_many_chunks
+                meta_round_trip
+                missing_key
+                partial_read_while_writing
+                writer_dropped_lookup_misses
+                writer_dropped_reader_sees_abort
+                explicit_abort_with_cause
+                length_mismatch_at_finish
+                length_overrun_at_write
+                size_limit_declared
+                size_limit_streamed
+                readers_before_during_after_identical
+                many_concurrent_readers
+                reader_cancelled_mid_read
+                concurrent_writers_one_key
+                purge_during_read
+                purge_complete_object
+                range_read_partial
+                range_read_complete
+                bad_ranges
+                lookup_after_abort
+                replacing_an_object
+                cancel_sweep_write
+                cancel_sweep_read
+                cancel_sweep_purge
+                fault_failed_write
+                fault_failed_finish
+                fault_stream_aborted_partway
+            );
+        }
+    };
+}
+
+/// The per-case half of [`storage_tests!`]; not a public API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __storage_case_tests {
+    ([$factory:expr, $settings:expr] $($case:ident)*) => {
+        /// The case names this module generated, for checking against `storage::CASES`.
+        #[allow(dead_code)]
+        pub const GENERATED: &[&str] = &[$(stringify!($case)),*];
+        $(
+            #[test]
+            fn $case() {
+                $crate::__private::run_storage_case(stringify!($case), $factory, $settings);
+            }
+        )*
+    };
+}

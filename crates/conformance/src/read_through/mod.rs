@@ -1,0 +1,349 @@
+//! The read-through-cache suite: coalescing, leader cancellation, error sharing and "no caller
+//! ever hangs", against any cache behind the small [`ReadThrough`] trait.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use conformance::read_through::{Suite, TtlLruAdapter};
+//! Suite::new(|| async { TtlLruAdapter::new(ttl_lru::Cache::new(1_000)) })
+//!     .run()
+//!     .await
+//!     .assert_passed();
+//! # }
+//! ```
+//!
+//! Why a trait of its own: read-through caches differ in their signatures (error types, TTL
+//! functions, detached fills), but the contract a caller relies on is the same. An adapter of a
+//! dozen lines maps a cache onto [`ReadThrough`] (see [`TtlLruAdapter`]).
+
+mod cases;
+mod ttl_lru;
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+pub use self::cases::{
+    cancel_sweep, coalesces_concurrent_misses, error_shared_with_followers, follower_cancelled,
+    hit_after_fill, keys_are_independent, leader_cancelled_alone_releases_key,
+    leader_cancelled_hands_over, leader_panic_does_not_hang,
+};
+pub use self::ttl_lru::{TtlLruAdapter, TtlLruMode};
+use crate::report::{CaseError, CaseReport, CaseResult, Failure, Outcome, Report};
+use crate::storage::panic_message;
+
+/// A fill's error. Cloneable, so a cache can share one error with every coalesced caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("fill failed: {0}")]
+pub struct FillError(pub String);
+
+/// The fill a caller hands to [`ReadThrough::get_or_fill`]: called at most once, only if that
+/// caller's call runs the fill.
+pub type Fill = Box<dyn FnOnce() -> BoxFuture<'static, Result<String, FillError>> + Send>;
+
+/// Why a read-through call returned no value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadError {
+    /// The fill failed (this caller's or the one it joined); the fill's error, unchanged.
+    #[error("the fill failed: {0}")]
+    Failed(FillError),
+    /// Any other failure (a timeout, an abandoned fill...), described.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What a read-through cache declares about itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReadThroughCapabilities {
+    /// The fill runs detached from the caller that started it (on a spawned task) and survives
+    /// that caller being dropped; otherwise a dropped leader's fill is dropped with it and a
+    /// waiting caller runs its own.
+    pub fills_survive_caller: bool,
+}
+
+impl ReadThroughCapabilities {
+    /// Set `fills_survive_caller`.
+    pub const fn with_fills_survive_caller(mut self, yes: bool) -> Self {
+        self.fills_survive_caller = yes;
+        self
+    }
+}
+
+/// A read-through cache of `String` keys and values, as the suite sees it.
+#[async_trait]
+pub trait ReadThrough: Send + Sync + 'static {
+    /// What the cache declares.
+    fn capabilities(&self) -> ReadThroughCapabilities {
+        ReadThroughCapabilities::default()
+    }
+
+    /// The cached value of `key`, or the value of one fill shared by every concurrent caller of
+    /// `key`: `fill` is called only if this call runs the fill. A failed fill's error reaches
+    /// every caller that was waiting on it.
+    ///
+    /// Cancel safety (the contract the suite checks): dropping the call at any await leaves no
+    /// caller of the key waiting on a fill that nobody will finish.
+    async fn get_or_fill(&self, key: String, fill: Fill) -> Result<String, ReadError>;
+}
+
+#[async_trait]
+impl<T: ReadThrough + ?Sized> ReadThrough for Arc<T> {
+    fn capabilities(&self) -> ReadThroughCapabilities {
+        (**self).capabilities()
+    }
+
+    async fn get_or_fill(&self, key: String, fill: Fill) -> Result<String, ReadError> {
+        (**self).get_or_fill(key, fill).await
+    }
+}
+
+/// Knobs of a read-through run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Settings {
+    /// A case running longer than this fails as hung (default 30 s).
+    pub case_timeout: Duration,
+    /// One call that takes longer than this fails, naming the step (default 5 s).
+    pub step_timeout: Duration,
+    /// Concurrent callers in the coalescing cases (default 8).
+    pub callers: usize,
+    /// Bound on the polls of the cancellation sweep (default 200).
+    pub max_sweep_polls: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            case_timeout: Duration::from_secs(30),
+            step_timeout: Duration::from_secs(5),
+            callers: 8,
+            max_sweep_polls: 200,
+        }
+    }
+}
+
+/// What a read-through case works with: a fresh cache, the settings and the case's name.
+#[derive(Clone)]
+pub struct Ctx {
+    case: &'static str,
+    cache: Arc<dyn ReadThrough>,
+    settings: Settings,
+}
+
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("case", &self.case)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ctx {
+    /// A context for running `case` against `cache` directly.
+    pub fn new(case: &'static str, cache: Arc<dyn ReadThrough>, settings: Settings) -> Self {
+        Ctx {
+            case,
+            cache,
+            settings,
+        }
+    }
+
+    /// The cache under test.
+    pub fn cache(&self) -> &Arc<dyn ReadThrough> {
+        &self.cache
+    }
+
+    /// The run's settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// A failure of this case.
+    pub fn failure(&self, expected: impl Into<String>, seen: impl Into<String>) -> CaseError {
+        CaseError::Failed(Failure {
+            case: self.case,
+            expected: expected.into(),
+            seen: seen.into(),
+        })
+    }
+
+    /// Fail unless `condition`.
+    pub fn ensure(
+        &self,
+        condition: bool,
+        expected: impl Into<String>,
+        seen: impl Into<String>,
+    ) -> CaseResult {
+        if condition {
+            Ok(())
+        } else {
+            Err(self.failure(expected, seen))
+        }
+    }
+
+    /// Await `future` within the step timeout; past it, fail naming `what`.
+    pub async fn step<T>(
+        &self,
+        what: &str,
+        future: impl Future<Output = T>,
+    ) -> Result<T, CaseError> {
+        let limit = self.settings.step_timeout;
+        tokio::time::timeout(limit, future).await.map_err(|_| {
+            self.failure(
+                format!("{what}: to complete within {limit:?}"),
+                "still pending: a caller left waiting on a fill nobody finishes",
+            )
+        })
+    }
+}
+
+/// One case of the read-through suite.
+#[derive(Clone, Copy)]
+pub struct CaseDef {
+    /// The case's name (its function's name in [`crate::read_through`]).
+    pub name: &'static str,
+    /// Runs it.
+    pub run: fn(Ctx) -> BoxFuture<'static, CaseResult>,
+}
+
+impl std::fmt::Debug for CaseDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+macro_rules! case_table {
+    ($($case:ident),* $(,)?) => {
+        /// Every case of the read-through suite, in run order.
+        pub const CASES: &[CaseDef] = &[$(CaseDef {
+            name: stringify!($case),
+            run: |ctx| Box::pin($case(ctx)),
+        }),*];
+    };
+}
+
+case_table!(
+    coalesces_concurrent_misses,
+    hit_after_fill,
+    error_shared_with_followers,
+    leader_cancelled_hands_over,
+    leader_cancelled_alone_releases_key,
+    leader_panic_does_not_hang,
+    follower_cancelled,
+    keys_are_independent,
+    cancel_sweep,
+);
+
+/// The read-through suite over a factory of fresh caches.
+pub struct Suite<F> {
+    factory: F,
+    settings: Settings,
+    only: Option<Vec<String>>,
+}
+
+impl<F> std::fmt::Debug for Suite<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Suite")
+            .field("settings", &self.settings)
+            .field("only", &self.only)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F, Fut, C> Suite<F>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = C>,
+    C: ReadThrough,
+{
+    /// A suite that calls `factory` once per case for a fresh, empty cache.
+    pub fn new(factory: F) -> Self {
+        Suite {
+            factory,
+            settings: Settings::default(),
+            only: None,
+        }
+    }
+
+    /// Replace the settings.
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Run only these cases (by name).
+    pub fn only<I, N>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = N>,
+        N: Into<String>,
+    {
+        self.only = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Run every selected case, each on a fresh cache under the case timeout, and report them
+    /// all.
+    ///
+    /// Cancel safety: dropping the run drops the running case; nothing is reported.
+    pub async fn run(&self) -> Report {
+        let mut cases = Vec::new();
+        for case in CASES {
+            if self
+                .only
+                .as_ref()
+                .is_some_and(|only| !only.iter().any(|name| name == case.name))
+            {
+                continue;
+            }
+            cases.push(CaseReport {
+                name: case.name,
+                outcome: self.run_case(case).await,
+            });
+        }
+        Report {
+            suite: "read_through",
+            cases,
+        }
+    }
+
+    /// Run one case on a fresh cache.
+    ///
+    /// Cancel safety: as [`Suite::run`].
+    pub async fn run_case(&self, case: &CaseDef) -> Outcome {
+        let limit = self.settings.case_timeout;
+        let failed = |expected: String, seen: String| {
+            Outcome::Failed(Failure {
+                case: case.name,
+                expected,
+                seen,
+            })
+        };
+        let cache = match AssertUnwindSafe((self.factory)()).catch_unwind().await {
+            Ok(cache) => cache,
+            Err(panic) => {
+                return failed(
+                    "the factory to build a cache".into(),
+                    panic_message(&*panic),
+                );
+            }
+        };
+        let ctx = Ctx::new(case.name, Arc::new(cache), self.settings.clone());
+        match tokio::time::timeout(limit, AssertUnwindSafe((case.run)(ctx)).catch_unwind()).await {
+            Ok(Ok(result)) => Outcome::from_result(result),
+            Ok(Err(panic)) => failed(
+                "the case to run without panicking".into(),
+                panic_message(&*panic),
+            ),
+            Err(_) => failed(
+                format!("the case to finish within the case timeout of {limit:?}"),
+                "it hung".into(),
+            ),
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The cancellation sweep: run a future, poll it N times, drop it, check the aftermath; for every
+//! N from 0 until the future completes.
+//!
+//! Why: every `.await` in async code is a point where a caller may drop the future (a timeout, a
+//! losing `select!` branch, a client that went away). Bugs live at those points: state published
+//! before an await and never cleaned up, a partial body left looking complete. Sweeping every N
+//! drops the future at every await it has, without knowing where they are.
+//!
+//! Each poll uses a waker that records whether it was woken; between polls the sweep waits (up to
+//! a bound) for that wake-up, so a future that returns `Pending` and never arranges to be woken is
+//! reported as a lost wake-up instead of being polled blindly.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+/// How a sweep went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError<E> {
+    /// The check after dropping the future at poll `polls` (or after it completed) failed.
+    #[error("after {polls} polls: {error}")]
+    Check {
+        /// How many times the future was polled before it was dropped (or completed).
+        polls: usize,
+        /// The check's error.
+        error: E,
+    },
+    /// The future kept returning `Pending` for `max_polls` polls.
+    #[error("the future did not complete within {max_polls} polls")]
+    NeverCompleted {
+        /// The sweep's bound.
+        max_polls: usize,
+    },
+    /// The future returned `Pending` and was not woken within `waited`: a lost wake-up.
+    #[error(
+        "the future returned Pending at poll {poll} and was not woken within {waited:?} (a lost wake-up)"
+    )]
+    NotWoken {
+        /// Which poll returned `Pending` without a later wake-up.
+        poll: usize,
+        /// How long the sweep waited for the wake-up.
+        waited: Duration,
+    },
+}
+
+/// Bounds of a sweep.
+#[derive(Debug, Clone, Copy)]
+pub struct SweepLimits {
+    /// Give up (with [`SweepError::NeverCompleted`]) after this many polls.
+    pub max_polls: usize,
+    /// How long to wait for a pending future's wake-up before calling it lost.
+    pub wake_timeout: Duration,
+}
+
+impl Default for SweepLimits {
+    fn default() -> Self {
+        SweepLimits {
+            max_polls: 500,
+            wake_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A waker that remembers it was woken and notifies whoever awaits it.
+#[derive(Default)]
+struct Flag {
+    woken: AtomicBool,
+    notify: Notify,
+}
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+}
+
+/// Poll `future` at most `budget` times. Returns its output if it completed, or `None` once the
+/// budget is spent (the caller then drops it). Between polls, waits for the future's wake-up.
+async fn poll_at_most<F: Future>(
+    future: F,
+    budget: usize,
+    wake_timeout: Duration,
+) -> Result<Option<F::Output>, (usize, Duration)> {
+    let mut future = pin!(future);
+    let flag = Arc::new(Flag::default());
+    let waker = Waker::from(Arc::clone(&flag));
+    for poll in 1..=budget {
+        flag.woken.store(false, Ordering::Release);
+        if let Poll::Ready(output) = future.as_mut().poll(&mut Context::from_waker(&waker)) {
+            return Ok(Some(output));
+        }
+        if poll == budget {
+            break;
+        }
+        if !flag.woken.load(Ordering::Acquire) {
+            let woken = tokio::time::timeout(wake_timeout, flag.notify.notified()).await;
+            if woken.is_err() && !flag.woken.load(Ordering::Acquire) {
+                return Err((poll, wake_timeout));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// For N = 0, 1, 2, ...: build a future with `make(N)`, poll it N times, drop it, then run
+/// `check(N, None)`; once a future completes within its N polls, run `check(N, Some(output))` and
+/// return N (how many polls it needed).
+///
+/// `make` gets N so each round can use fresh keys. `check` is where the caller asserts that
+/// nothing was left stuck and that no partial result looks complete.
+///
+/// Cancel safety: dropping the sweep drops the round's future, like any other drop.
+pub async fn cancel_sweep<M, Fut, C, CFut, E>(
+    limits: SweepLimits,
+    mut make: M,
+    mut check: C,
+) -> Result<usize, SweepError<E>>
+where
+    M: FnMut(usize) -> Fut,
+    Fut: Future,
+    C: FnMut(usize, Option<Fut::Output>) -> CFut,
+    CFut: Future<Output = Result<(), E>>,
+{
+    for polls in 0..=limits.max_polls {
+        let outcome = poll_at_most(make(polls), polls, limits.wake_timeout)
+            .await
+            .map_err(|(poll, waited)| SweepError::NotWoken { poll, waited })?;
+        let completed = outcome.is_some();
+        check(polls, outcome)
+            .await
+            .map_err(|error| SweepError::Check { polls, error })?;
+        if completed {
+            return Ok(polls);
+        }
+    }
+    Err(SweepError::NeverCompleted {
+        max_polls: limits.max_polls,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn sweep_counts_the_polls_a_future_needs() {
+        let mut dropped_at = Vec::new();
+        let needed = cancel_sweep(
+            SweepLimits::default(),
+            |_| async {
+                tokio::task::yield_now().await;
+                tokio::task::yield_now().await;
+                7
+            },
+            |polls, output| {
+                if output.is_none() {
+                    dropped_at.push(polls);
+                }
+                let ok = output.is_none_or(|value| value == 7);
+                async move { if ok { Ok(()) } else { Err("wrong output") } }
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(needed, 3);
+        assert_eq!(dropped_at, vec![0, 1, 2]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_future_that_is_never_woken_is_reported() {
+        let result = cancel_sweep(
+            SweepLimits::default(),
+            |_| std::future::pending::<()>(),
+            |_, _| async { Ok::<(), ()>(()) },
+        )
+        .await;
+        assert!(
+            matches!(result, Err(SweepError::NotWoken { poll: 1, .. })),
+            "{result:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_check_stops_the_sweep_with_its_poll_count() {
+        let result = cancel_sweep(
+            SweepLimits::default(),
+            |_| tokio::task::yield_now(),
+            |polls, _| async move { if polls == 1 { Err("stuck") } else { Ok(()) } },
+        )
+        .await;
+        assert!(matches!(
+            result,
+            Err(SweepError::Check {
+                polls: 1,
+                error: "stuck"
+            })
+        ));
+    }
+}
