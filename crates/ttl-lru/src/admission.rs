@@ -6,10 +6,10 @@
 //! of one-hit wonders cannot flush a hot working set. Counts decay by halving after
 //! `32 x capacity` records: a long window lets keys near the hot set's edge (requested less than
 //! once per `10 x capacity` requests) build distinguishable counts before the 4-bit counters
-//! saturate. Measured (one shard, 8 samples + pool, hit-ratio points over exact LRU): zipf 1.0 over
-//! 1M keys, 3M requests: +8.1 at 10K entries, +2.5 at 100K (an ideal top-K cache gains about +9.3
-//! and +3.6 there); ARC P traces at 32K: +2 to +21. It loses where new keys must displace old ones
-//! quickly: OLTP -5.7 at 5K and -8.0 at 15K entries (+2.3 at 1K).
+//! saturate. Measured (one shard, 8 samples + pool, hit-ratio points over exact LRU): zipf 1.0
+//! over 1M keys, 3M requests: +8.1 at 10K entries, +2.5 at 100K (an ideal top-K cache gains about
+//! +9.3 and +3.6 there); ARC P traces at 32K: +7.8 (P12) to +22.2 (P6). It loses where new keys
+//! must displace old ones quickly: OLTP -5.7 at 5K and -8.0 at 15K entries (+2.3 at 1K).
 //!
 //! Recording is a few relaxed atomic ops on per-shard memory (so, unlike the default policy, a hit
 //! writes shared memory); lost updates under races only lower an estimate, which is harmless.

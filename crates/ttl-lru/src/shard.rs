@@ -216,6 +216,15 @@ impl<K: Eq, V> Table<K, V> {
     }
 
     fn push(&mut self, slot: Slot<K, V>) {
+        if self.slots.len() == self.slots.capacity() {
+            // Grow by doubling, but never past the shard's capacity (every entry weighs at least
+            // 1), so a full cache does not carry up to 2x unused slot memory.
+            let len = self.slots.len();
+            let room = usize::try_from(self.capacity)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(len);
+            self.slots.reserve_exact(len.max(4).min(room).max(1));
+        }
         let idx = u32::try_from(self.slots.len()).expect("a shard holds fewer than 2^32 entries");
         let hash = slot.hash;
         self.weight += slot.weight;
@@ -800,6 +809,16 @@ mod tests {
     #[test]
     fn a_u64_slot_fills_one_cache_line() {
         assert_eq!(std::mem::size_of::<Slot<u64, u64>>(), 64);
+    }
+
+    #[test]
+    fn slot_array_never_grows_past_the_capacity() {
+        let s: Shard<u64, u64> = Shard::new(1000, 16, 1, false);
+        for k in 0..5000 {
+            put(&s, k, 0);
+        }
+        assert_eq!(s.len(), 1000);
+        assert_eq!(s.table.read().slots.capacity(), 1000);
     }
 
     #[test]
