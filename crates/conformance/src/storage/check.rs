@@ -65,6 +65,12 @@ pub fn describe_bytes(seen: &[u8], expected: &[u8]) -> String {
     let mut text = format!("{} bytes", seen.len());
     if common == seen.len() {
         let _ = write!(text, " (a prefix: the first {common} bytes are right)");
+    } else if common == expected.len() {
+        let _ = write!(
+            text,
+            " (the {common} expected bytes, then {} bytes too many)",
+            seen.len() - common
+        );
     } else {
         let _ = write!(
             text,
