@@ -1,0 +1,42 @@
+//! A Redis [`FillLease`](coalesce::FillLease) for `coalesce`: a fleet of processes fills each
+//! cold key about once, instead of once per process, and keeps filling when Redis is gone.
+//!
+//! The core types:
+//! - [`RedisLease`]: the lease (`SET key token NX PX ttl`; compare-and-delete and
+//!   compare-and-extend Lua scripts), every call bounded by a timeout, reconnecting on its own.
+//! - [`coalesce::DistributedGroup`]: the group that uses it (in `coalesce`).
+//! - [`test_server::RedisServer`]: a throwaway `redis-server` for tests and examples.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use coalesce::{DistributedGroup, Group};
+//! use coalesce_redis::{test_server, RedisLease};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let Some(server) = test_server::redis_or_skip("doc example") else { return };
+//! let lease = Arc::new(RedisLease::new(&server.url()).unwrap());
+//! let group: DistributedGroup<String, String> = DistributedGroup::new(Group::new(), lease);
+//!
+//! let shared_cache = std::sync::Mutex::new(None::<String>);
+//! let name = group
+//!     .run(
+//!         "user:42".to_string(),
+//!         || async { shared_cache.lock().unwrap().clone() }, // "stored yet?"
+//!         || async {
+//!             let name = "Ada".to_string(); // ask the backend, then store for the fleet
+//!             *shared_cache.lock().unwrap() = Some(name.clone());
+//!             Ok(name)
+//!         },
+//!     )
+//!     .await;
+//! assert_eq!(name.unwrap(), "Ada");
+//! assert_eq!(group.stats().granted, 1);
+//! # }
+//! ```
+
+mod connection;
+mod lease;
+pub mod test_server;
+
+pub use lease::{ConfigError, RedisLease, RedisLeaseBuilder};

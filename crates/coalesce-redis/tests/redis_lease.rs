@@ -1,0 +1,291 @@
+//! `RedisLease` on a real `redis-server`: groups in distributed mode fill once across
+//! "processes" (separate connections); killing Redis mid-fill lets fills go on (fail open) and
+//! nothing hangs; the lease reconnects when Redis comes back; a Redis that never answers costs a
+//! timeout, not a hang. Skipped loudly without a `redis-server` binary; fails under CI.
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use coalesce::{Acquire, DistributedGroup, FillLease, FlightError, Group, LeaseError};
+use coalesce_redis::RedisLease;
+use coalesce_redis::test_server::redis_or_skip;
+use tokio::sync::Notify;
+
+/// Guards against a hang: far above anything these tests should take, and it is the only
+/// wall-clock limit here (nothing asserts on elapsed time).
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
+type Proc = DistributedGroup<u32, u64, String>;
+
+fn lease(url: &str) -> Arc<RedisLease> {
+    Arc::new(
+        RedisLease::builder(url)
+            .connect_timeout(Duration::from_millis(200))
+            .command_timeout(Duration::from_millis(200))
+            .reconnect_backoff(Duration::from_millis(100))
+            .build()
+            .unwrap(),
+    )
+}
+
+fn process(lease: Arc<RedisLease>) -> Proc {
+    DistributedGroup::builder(lease)
+        .ttl(Duration::from_secs(10))
+        .poll_interval(Duration::from_millis(20))
+        .lease_timeout(Duration::from_millis(500))
+        .build(Group::new())
+        .unwrap()
+}
+
+#[derive(Clone, Default)]
+struct World {
+    cache: Arc<Mutex<HashMap<u32, u64>>>,
+    backend_calls: Arc<AtomicUsize>,
+}
+
+impl World {
+    /// A caller: the shared cache, then `proc`; the fill waits for `gate` (if any) before it
+    /// stores.
+    async fn call(
+        &self,
+        proc: &Proc,
+        key: u32,
+        gate: Option<Arc<Notify>>,
+    ) -> Result<u64, FlightError<String>> {
+        if let Some(hit) = self.cache.lock().unwrap().get(&key).copied() {
+            return Ok(hit);
+        }
+        let recheck = || async { self.cache.lock().unwrap().get(&key).copied() };
+        let fill = || async {
+            self.backend_calls.fetch_add(1, SeqCst);
+            if let Some(gate) = gate {
+                gate.notified().await;
+            }
+            let value = u64::from(key) + 1000;
+            self.cache.lock().unwrap().insert(key, value);
+            Ok(value)
+        };
+        proc.run(key, recheck, fill).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_fill_each_key_once_through_redis() {
+    let Some(server) = redis_or_skip("two_processes_fill_each_key_once_through_redis") else {
+        return;
+    };
+    let world = World::default();
+    let (a, b) = (process(lease(&server.url())), process(lease(&server.url())));
+    let gate = Arc::new(Notify::new());
+    let mut tasks = Vec::new();
+    for key in 0..10u32 {
+        for caller in 0..10 {
+            let (world, proc, gate) = (
+                world.clone(),
+                if caller % 2 == 0 {
+                    a.clone()
+                } else {
+                    b.clone()
+                },
+                gate.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                world.call(&proc, key, Some(gate)).await
+            }));
+        }
+    }
+    // Let every leader reach the lease before any fill may finish.
+    tokio::time::timeout(HANG_GUARD, async {
+        while a.stats().granted
+            + b.stats().granted
+            + a.stats().held_elsewhere
+            + b.stats().held_elsewhere
+            < 20
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("both processes' leaders asked the lease");
+    loop {
+        gate.notify_waiters();
+        if tasks.iter().all(|t| t.is_finished()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for (i, task) in tasks.into_iter().enumerate() {
+        let key = (i / 10) as u32;
+        assert_eq!(task.await.unwrap(), Ok(u64::from(key) + 1000));
+    }
+    assert_eq!(
+        world.backend_calls.load(SeqCst),
+        10,
+        "one backend call per key, not one per process"
+    );
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!(sa.granted + sb.granted, 10, "{sa:?} {sb:?}");
+    assert_eq!(sa.failed_open + sb.failed_open, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_redis_mid_fill_fails_open_and_nothing_hangs() {
+    let Some(mut server) = redis_or_skip("killing_redis_mid_fill_fails_open_and_nothing_hangs")
+    else {
+        return;
+    };
+    let world = World::default();
+    let (a, b) = (process(lease(&server.url())), process(lease(&server.url())));
+
+    // A leads key 1 and key 2 and is filling both (gated); B waits on key 2's lease.
+    let (gate1, gate2) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let a1 = tokio::spawn({
+        let (world, a, gate) = (world.clone(), a.clone(), gate1.clone());
+        async move { world.call(&a, 1, Some(gate)).await }
+    });
+    let a2 = tokio::spawn({
+        let (world, a, gate) = (world.clone(), a.clone(), gate2.clone());
+        async move { world.call(&a, 2, Some(gate)).await }
+    });
+    tokio::time::timeout(HANG_GUARD, async {
+        while world.backend_calls.load(SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("A started both fills");
+    assert_eq!(a.stats().granted, 2);
+    let b2 = tokio::spawn({
+        let (world, b) = (world.clone(), b.clone());
+        async move { world.call(&b, 2, None).await }
+    });
+    tokio::time::timeout(HANG_GUARD, async {
+        while b.stats().held_elsewhere < 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("B found key 2's lease held by A");
+
+    server.kill();
+
+    // B's next poll finds the lease service gone and fills at once, while A's fill of key 2 is
+    // still blocked: B is not waiting on A any more.
+    let b2 = tokio::time::timeout(HANG_GUARD, b2)
+        .await
+        .expect("B hung after Redis died")
+        .unwrap();
+    assert_eq!(b2, Ok(1002));
+    assert!(!a2.is_finished());
+    assert_eq!(b.stats().failed_open, 1);
+
+    // A's fill of key 1 completes; its release fails in the background, harmlessly.
+    gate1.notify_one();
+    let a1 = tokio::time::timeout(HANG_GUARD, a1)
+        .await
+        .expect("A hung")
+        .unwrap();
+    assert_eq!(a1, Ok(1001));
+    gate2.notify_one();
+    assert_eq!(
+        tokio::time::timeout(HANG_GUARD, a2)
+            .await
+            .expect("A hung")
+            .unwrap(),
+        Ok(1002)
+    );
+
+    // New cold keys on both processes, Redis still down: every call fills and returns.
+    let mut tasks = Vec::new();
+    for key in 10..30u32 {
+        for proc in [&a, &b] {
+            let (world, proc) = (world.clone(), proc.clone());
+            tasks.push(tokio::spawn(
+                async move { world.call(&proc, key, None).await },
+            ));
+        }
+    }
+    for task in tasks {
+        let out = tokio::time::timeout(HANG_GUARD, task)
+            .await
+            .expect("a caller hung")
+            .unwrap();
+        assert!(out.is_ok(), "{out:?}");
+    }
+    tokio::time::timeout(HANG_GUARD, async {
+        while a.pending_releases() > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("background releases finished");
+    assert_eq!(a.stats().release_failures, 2, "{:?}", a.stats());
+    assert!(a.stats().failed_open + b.stats().failed_open >= 2);
+}
+
+#[tokio::test]
+async fn the_lease_reconnects_when_redis_comes_back() {
+    let Some(mut server) = redis_or_skip("the_lease_reconnects_when_redis_comes_back") else {
+        return;
+    };
+    let lease = lease(&server.url());
+    let ttl = Duration::from_secs(10);
+    assert!(matches!(
+        lease.try_acquire("k", ttl).await,
+        Ok(Acquire::Acquired(_))
+    ));
+    server.kill();
+    let down = tokio::time::timeout(HANG_GUARD, lease.try_acquire("k", ttl))
+        .await
+        .unwrap();
+    assert!(down.is_err(), "{down:?}");
+    server
+        .restart()
+        .expect("restart redis-server on the same port");
+    // The back-off is short; within a few attempts the lease reconnects to the (empty) server.
+    let mut answer = Err(LeaseError::unavailable("not tried"));
+    for _ in 0..100 {
+        answer = tokio::time::timeout(HANG_GUARD, lease.try_acquire("k", ttl))
+            .await
+            .unwrap();
+        if answer.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(matches!(answer, Ok(Acquire::Acquired(_))), "{answer:?}");
+}
+
+/// A "Redis" that accepts connections and never says a word: every call must end in an error
+/// within the configured timeouts. Needs no redis-server.
+#[tokio::test]
+async fn a_redis_that_never_answers_costs_a_timeout_not_a_hang() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}/", silent.local_addr().unwrap());
+    let lease = lease(&url);
+    for _ in 0..3 {
+        let answer =
+            tokio::time::timeout(HANG_GUARD, lease.try_acquire("k", Duration::from_secs(1)))
+                .await
+                .expect("the lease call hung");
+        assert!(
+            matches!(
+                answer,
+                Err(LeaseError::TimedOut(_) | LeaseError::Unavailable(_))
+            ),
+            "{answer:?}"
+        );
+    }
+    // And a group over it fills anyway.
+    let world = World::default();
+    let proc = process(lease);
+    let out = tokio::time::timeout(HANG_GUARD, world.call(&proc, 1, None))
+        .await
+        .unwrap();
+    assert_eq!(out, Ok(1001));
+    assert_eq!(proc.stats().failed_open, 1);
+    drop(silent);
+}
