@@ -1,0 +1,255 @@
+//! The runner's own guarantees: a run never stops at a failure, a panic or a hang is a failure
+//! with a clear message (never a hung test), skipped cases are never counted as passed, and the
+//! cases that need no capability pass on a backend that declares none.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use conformance::Outcome;
+use conformance::storage::{CASES, Settings, Suite};
+use stream_cache::{
+    AbortReason, BodySource, BodyWriter, CacheKey, Capabilities, Hit, MemStorage, ObjectMeta,
+    Storage, StorageError, WriteError, WriteState,
+};
+
+/// `MemStorage` presented as a backend without partial or range reads and without a size
+/// limit: lookups only return complete objects and writers offer no source.
+struct CompleteOnly(MemStorage);
+
+struct NoSource(Box<dyn BodyWriter>);
+
+#[async_trait]
+impl BodyWriter for NoSource {
+    async fn write(&mut self, chunk: Bytes) -> Result<(), WriteError> {
+        self.0.write(chunk).await
+    }
+    async fn finish(self: Box<Self>) -> Result<u64, WriteError> {
+        self.0.finish().await
+    }
+    fn abort(self: Box<Self>, reason: AbortReason) {
+        self.0.abort(reason)
+    }
+    fn state(&self) -> WriteState {
+        self.0.state()
+    }
+    fn source(&self) -> Option<Arc<dyn BodySource>> {
+        None
+    }
+}
+
+#[async_trait]
+impl Storage for CompleteOnly {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+    }
+    async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError> {
+        let hit = self.0.lookup(key).await?;
+        Ok(hit.filter(|hit| matches!(hit.body.state(), WriteState::Complete(_))))
+    }
+    async fn begin_write(
+        &self,
+        key: &CacheKey,
+        meta: ObjectMeta,
+    ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        Ok(Box::new(NoSource(self.0.begin_write(key, meta).await?)))
+    }
+    async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
+        self.0.purge(key).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_capabilities_gated_cases_are_skipped_and_the_rest_pass() {
+    let report = Suite::new(|| async { CompleteOnly(MemStorage::new(4 << 20)) })
+        .run()
+        .await;
+    println!("{report}");
+    report.assert_passed();
+    let skipped = report.skipped();
+    for gated in [
+        "partial_read_while_writing",
+        "writer_dropped_reader_sees_abort",
+        "many_concurrent_readers",
+        "range_read_complete",
+        "range_read_partial",
+        "size_limit_declared",
+    ] {
+        assert!(
+            skipped.contains(&gated),
+            "{gated} must be skipped: {report}"
+        );
+        assert!(!report.passed().contains(&gated));
+    }
+    for ungated in [
+        "round_trip",
+        "writer_dropped_lookup_misses",
+        "length_mismatch_at_finish",
+        "concurrent_writers_one_key",
+        "replacing_an_object",
+        "cancel_sweep_write",
+        "fault_failed_write",
+    ] {
+        assert!(
+            report.passed().contains(&ungated),
+            "{ungated} must pass: {report}"
+        );
+    }
+    assert_eq!(report.passed().len() + skipped.len(), CASES.len());
+}
+
+/// Every operation hangs (or panics) on cue.
+struct Broken {
+    panic: bool,
+}
+
+#[async_trait]
+impl Storage for Broken {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .with_partial_reads(true)
+            .with_range_reads(true)
+    }
+    async fn lookup(&self, _: &CacheKey) -> Result<Option<Hit>, StorageError> {
+        self.misbehave().await
+    }
+    async fn begin_write(
+        &self,
+        _: &CacheKey,
+        _: ObjectMeta,
+    ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        self.misbehave().await
+    }
+    async fn purge(&self, _: &CacheKey) -> Result<bool, StorageError> {
+        self.misbehave().await
+    }
+}
+
+impl Broken {
+    async fn misbehave<T>(&self) -> T {
+        if self.panic {
+            panic!("the backend exploded");
+        }
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_backend_fails_every_case_and_the_run_completes() {
+    let report = Suite::new(|| async { Broken { panic: false } }).run().await;
+    assert_eq!(
+        report.cases.len(),
+        CASES.len(),
+        "the run went through every case"
+    );
+    assert!(report.passed().is_empty(), "{report}");
+    let round_trip = report.outcome("round_trip").unwrap();
+    match round_trip {
+        Outcome::Failed(failure) => {
+            assert_eq!(failure.case, "round_trip");
+            assert!(
+                failure.expected.contains("to complete within 5s"),
+                "{failure}"
+            );
+            assert!(failure.seen.contains("hang"), "{failure}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_case_timeout_bounds_a_case_whose_steps_allow_longer() {
+    let settings = Settings::default()
+        .step_timeout(Duration::from_secs(3600))
+        .case_timeout(Duration::from_secs(1));
+    let report = Suite::new(|| async { Broken { panic: false } })
+        .settings(settings)
+        .only(["round_trip"])
+        .run()
+        .await;
+    match report.outcome("round_trip").unwrap() {
+        Outcome::Failed(failure) => assert!(failure.expected.contains("case timeout"), "{failure}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_backend_fails_every_case_and_the_run_completes() {
+    let report = Suite::new(|| async { Broken { panic: true } }).run().await;
+    assert_eq!(report.cases.len(), CASES.len());
+    assert!(report.passed().is_empty(), "{report}");
+    assert!(
+        report
+            .failures()
+            .iter()
+            .all(|f| f.seen.contains("the backend exploded")),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_factory_is_a_failure() {
+    let report = Suite::new(|| async {
+        panic!("no storage today");
+        #[allow(unreachable_code)]
+        MemStorage::new(1)
+    })
+    .only(["round_trip"])
+    .run()
+    .await;
+    assert_eq!(report.failed(), ["round_trip"]);
+    assert!(report.failures()[0].seen.contains("no storage today"));
+}
+
+#[test]
+fn assert_passed_lists_every_failure_once() {
+    let report = conformance::Report {
+        suite: "storage",
+        cases: vec![
+            conformance::CaseReport {
+                name: "round_trip",
+                outcome: Outcome::Failed(conformance::Failure {
+                    case: "round_trip",
+                    expected: "11 bytes".into(),
+                    seen: "6 bytes".into(),
+                }),
+            },
+            conformance::CaseReport {
+                name: "empty_body",
+                outcome: Outcome::Passed,
+            },
+            conformance::CaseReport {
+                name: "range_read_complete",
+                outcome: Outcome::Skipped(conformance::Skip {
+                    case: "range_read_complete",
+                    reason: "needs the range_reads capability".into(),
+                }),
+            },
+            conformance::CaseReport {
+                name: "bad_ranges",
+                outcome: Outcome::Failed(conformance::Failure {
+                    case: "bad_ranges",
+                    expected: "InvalidRange".into(),
+                    seen: "Ok(())".into(),
+                }),
+            },
+        ],
+    };
+    assert!(!report.all_passed());
+    let message = std::panic::catch_unwind(|| report.assert_passed())
+        .unwrap_err()
+        .downcast::<String>()
+        .unwrap();
+    assert!(message.starts_with("conformance suite `storage`: 1 passed, 2 failed, 1 skipped"));
+    assert!(message.contains("FAILED  round_trip\n    expected: 11 bytes\n    seen:     6 bytes"));
+    assert!(message.contains("FAILED  bad_ranges"));
+    assert!(message.contains("skipped range_read_complete: needs the range_reads capability"));
+
+    let skipped_only = conformance::Report {
+        suite: "storage",
+        cases: report.cases[1..3].to_vec(),
+    };
+    skipped_only.assert_passed();
+    assert_eq!(skipped_only.passed(), ["empty_body"]);
+}
