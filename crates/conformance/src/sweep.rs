@@ -11,7 +11,7 @@
 //! reported as a lost wake-up instead of being polled blindly.
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
@@ -110,6 +110,34 @@ async fn poll_at_most<F: Future>(
         }
     }
     Ok(None)
+}
+
+/// Poll `future` until it completes or goes quiet: it returned `Pending` and was not woken within
+/// `quiet`. Returns its output if it completed. Used to make a caller "arrive" (join whatever it
+/// joins) without knowing how many polls its I/O takes.
+///
+/// Under a paused tokio clock this is exact: blocking-pool work (tokio's fs) holds the clock, so
+/// `quiet` only elapses once the future waits on something that needs another party. On a real
+/// clock, `quiet` must exceed the longest I/O the future does before it waits.
+///
+/// Cancel safety: dropping it leaves `future` as polled so far.
+pub async fn settle<F: Future + Unpin>(future: &mut F, quiet: Duration) -> Option<F::Output> {
+    let flag = Arc::new(Flag::default());
+    let waker = Waker::from(Arc::clone(&flag));
+    loop {
+        flag.woken.store(false, Ordering::Release);
+        if let Poll::Ready(output) = Pin::new(&mut *future).poll(&mut Context::from_waker(&waker)) {
+            return Some(output);
+        }
+        if !flag.woken.load(Ordering::Acquire)
+            && tokio::time::timeout(quiet, flag.notify.notified())
+                .await
+                .is_err()
+            && !flag.woken.load(Ordering::Acquire)
+        {
+            return None;
+        }
+    }
 }
 
 /// For N = 0, 1, 2, ...: build a future with `make(N)`, poll it N times, drop it, then run

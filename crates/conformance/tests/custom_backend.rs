@@ -95,6 +95,7 @@ pub struct VecStorage {
 }
 
 impl VecStorage {
+    /// An empty storage accepting objects of up to `max_object_size` bytes.
     pub fn new(max_object_size: u64) -> Self {
         VecStorage {
             index: Arc::default(),

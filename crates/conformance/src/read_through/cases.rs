@@ -6,7 +6,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::Poll;
 
 use futures::future::join_all;
 use tokio::sync::watch;
@@ -80,21 +79,16 @@ impl Probe {
     }
 }
 
-/// Poll `call` a few times (yielding between), so it has joined the key's flight. A call that
-/// completes here is returned.
-async fn arrive(call: &mut Call<'_>) -> Option<Result<String, ReadError>> {
-    for _ in 0..4 {
-        if let Poll::Ready(result) = futures::poll!(call.as_mut()) {
-            return Some(result);
-        }
-        tokio::task::yield_now().await;
-    }
-    None
+/// Poll `call` until it waits on something only another caller can end (see
+/// [`crate::sweep::settle`]): it has joined the key's flight. A call that completes here is
+/// returned.
+async fn arrive(ctx: &Ctx, call: &mut Call<'_>) -> Option<Result<String, ReadError>> {
+    crate::sweep::settle(call, ctx.settings().settle).await
 }
 
 /// `arrive`, failing if the call completed while its key's fill is still gated.
 async fn arrive_pending(ctx: &Ctx, who: &str, call: &mut Call<'_>) -> CaseResult {
-    match arrive(call).await {
+    match arrive(ctx, call).await {
         None => Ok(()),
         Some(result) => Err(ctx.failure(
             format!("{who} to wait while the fill is still running"),

@@ -114,6 +114,10 @@ pub struct Settings {
     pub callers: usize,
     /// Bound on the polls of the cancellation sweep (default 200).
     pub max_sweep_polls: usize,
+    /// A caller counts as waiting once its future returned `Pending` and was not woken for this
+    /// long (default 20 ms). Exact under a paused clock (`start_paused`), where it costs nothing;
+    /// on a real clock it must exceed the cache's own I/O before it joins a fill.
+    pub settle: Duration,
 }
 
 impl Default for Settings {
@@ -123,7 +127,28 @@ impl Default for Settings {
             step_timeout: Duration::from_secs(5),
             callers: 8,
             max_sweep_polls: 200,
+            settle: Duration::from_millis(20),
         }
+    }
+}
+
+impl Settings {
+    /// Set the per-case timeout.
+    pub fn case_timeout(mut self, timeout: Duration) -> Self {
+        self.case_timeout = timeout;
+        self
+    }
+
+    /// Set the per-step timeout.
+    pub fn step_timeout(mut self, timeout: Duration) -> Self {
+        self.step_timeout = timeout;
+        self
+    }
+
+    /// Set the settle window.
+    pub fn settle(mut self, quiet: Duration) -> Self {
+        self.settle = quiet;
+        self
     }
 }
 

@@ -123,6 +123,7 @@ pub struct BuggyStorage {
 }
 
 impl BuggyStorage {
+    /// An empty storage with `bug`, accepting objects of up to `max_object_size` bytes.
     pub fn new(bug: Bug, max_object_size: u64) -> Self {
         BuggyStorage {
             bug,
