@@ -14,6 +14,10 @@
 //! Why a trait of its own: read-through caches differ in their signatures (error types, TTL
 //! functions, detached fills), but the contract a caller relies on is the same. An adapter of a
 //! dozen lines maps a cache onto [`ReadThrough`] (see [`TtlLruAdapter`]).
+//!
+//! Cancel safety of the cases (every `pub async fn(Ctx) -> CaseResult` here): dropping a case at
+//! any await drops the calls it is driving, which is itself what the cases test a cache for; a
+//! spawned caller (in `leader_panic_does_not_hang`) is left to finish on its own.
 
 mod cases;
 mod ttl_lru;
@@ -213,6 +217,8 @@ impl Ctx {
     }
 
     /// Await `future` within the step timeout; past it, fail naming `what`.
+    ///
+    /// Cancel safety: dropping it drops `future`.
     pub async fn step<T>(
         &self,
         what: &str,

@@ -16,6 +16,11 @@
 //! call inside a case is bounded by the step timeout, so a hang names the step that hung. Cases
 //! that need a capability the backend does not declare report *skipped*. The run never stops at
 //! a failure.
+//!
+//! Cancel safety of the cases (every `pub async fn(Ctx) -> CaseResult` here): dropping a case at
+//! any await drops what it holds: writers (which abort their writes), readers, and the `JoinSet`s
+//! of its reader tasks (which aborts them). The storage itself is left to whoever owns it; the
+//! suite drops it with the case.
 
 pub mod check;
 
@@ -229,6 +234,8 @@ impl Ctx {
     }
 
     /// Await `future` within the step timeout; past it, fail naming `what`.
+    ///
+    /// Cancel safety: dropping it drops `future`.
     pub async fn step<T>(
         &self,
         what: &str,
