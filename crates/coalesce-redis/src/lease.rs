@@ -37,6 +37,13 @@ return 0
 /// [`LeaseError::TimedOut`] (callers fail open), never a hang; after a failed connect, calls
 /// fail at once for `reconnect_backoff`, then the next call reconnects.
 ///
+/// # Cancellation
+/// Each method has one await that matters: the round trip (after a connect, if one is due). A
+/// call dropped there may still reach Redis: a dropped `try_acquire` may leave a lease nobody
+/// knows the token of, which expires after its ttl; a dropped `release` or `renew` may or may
+/// not have happened. The shared multiplexed connection is unaffected (the late answer is read
+/// and discarded), and a dropped connect is retried by the next call.
+///
 /// ```no_run
 /// use std::sync::Arc;
 /// use coalesce::{DistributedGroup, Group};
