@@ -125,6 +125,7 @@ macro_rules! storage_tests {
                 size_limit_streamed
                 readers_before_during_after_identical
                 many_concurrent_readers
+                waiting_readers_woken_by_every_event
                 reader_cancelled_mid_read
                 concurrent_writers_one_key
                 purge_during_read

@@ -84,6 +84,49 @@ impl Wake for Flag {
     }
 }
 
+/// A waker that records whether it was woken: for checking a wake-up directly ("after this
+/// append, the waiting reader must have been woken"), rather than inferring it from a timeout.
+#[derive(Clone, Default)]
+pub struct WakeProbe(Arc<Flag>);
+
+impl std::fmt::Debug for WakeProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WakeProbe")
+            .field("woken", &self.woken())
+            .finish()
+    }
+}
+
+impl WakeProbe {
+    /// A probe that has not been woken.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the probe's waker was woken since the last poll through it.
+    pub fn woken(&self) -> bool {
+        self.0.woken.load(Ordering::Acquire)
+    }
+
+    /// Poll `future` once with this probe's waker (clearing the woken flag first).
+    pub fn poll_once<F: Future + Unpin>(&self, future: &mut F) -> Poll<F::Output> {
+        self.0.woken.store(false, Ordering::Release);
+        let waker = Waker::from(Arc::clone(&self.0));
+        Pin::new(future).poll(&mut Context::from_waker(&waker))
+    }
+
+    /// Wait up to `limit` for the waker to be woken; true if it was.
+    ///
+    /// Cancel safety: dropping it changes nothing.
+    pub async fn wait(&self, limit: Duration) -> bool {
+        if self.woken() {
+            return true;
+        }
+        let _ = tokio::time::timeout(limit, self.0.notify.notified()).await;
+        self.woken()
+    }
+}
+
 /// Poll `future` at most `budget` times. Returns its output if it completed, or `None` once the
 /// budget is spent (the caller then drops it). Between polls, waits for the future's wake-up.
 async fn poll_at_most<F: Future>(

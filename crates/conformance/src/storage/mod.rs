@@ -52,6 +52,7 @@ pub use ranges::{bad_ranges, range_read_complete, range_read_partial};
 pub use readers::{
     many_concurrent_readers, partial_read_while_writing, purge_complete_object, purge_during_read,
     reader_cancelled_mid_read, readers_before_during_after_identical,
+    waiting_readers_woken_by_every_event,
 };
 pub use sweeps::{cancel_sweep_purge, cancel_sweep_read, cancel_sweep_write};
 pub use writers::{concurrent_writers_one_key, replacing_an_object};
@@ -306,6 +307,7 @@ case_table!(
     size_limit_streamed,
     readers_before_during_after_identical,
     many_concurrent_readers,
+    waiting_readers_woken_by_every_event,
     reader_cancelled_mid_read,
     concurrent_writers_one_key,
     purge_during_read,

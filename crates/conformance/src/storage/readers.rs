@@ -8,6 +8,10 @@ use stream_cache::{
 };
 use tokio::task::JoinSet;
 
+use std::task::Poll;
+
+use crate::sweep::WakeProbe;
+
 use super::check::{self, Drained, pattern};
 use super::{Ctx, Need};
 use crate::report::{CaseError, CaseResult};
@@ -377,6 +381,12 @@ pub async fn purge_complete_object(ctx: Ctx) -> CaseResult {
         format!("{purged:?}"),
     )?;
     check::expect_miss(&ctx, "lookup after the purge", &key).await?;
+    let state = hit.body.state();
+    ctx.ensure(
+        matches!(state, WriteState::Complete(n) if n == body.len() as u64),
+        format!("the purged object's reader to still report Complete({}) (terminal states never change)", body.len()),
+        format!("{state:?}"),
+    )?;
     let rest = check::drain(&ctx, "the reader after the purge", &mut *hit.body).await?;
     got.extend_from_slice(&rest.bytes);
     check::check_never_truncated(
@@ -388,4 +398,140 @@ pub async fn purge_complete_object(ctx: Ctx) -> CaseResult {
         },
         &body,
     )
+}
+
+/// Three readers wait at the end of the written bytes, each with a read in progress; every append
+/// must wake every one of them (not only some, and not only a later event), and so must the end:
+/// `finish` (then `Ok(None)`) and, on another write, the writer's drop (then
+/// `Err(Aborted(WriterDropped))`). Checked with wakers that record their wake-up, so a reader
+/// woken late (by the next append) fails as surely as one never woken.
+pub async fn waiting_readers_woken_by_every_event(ctx: Ctx) -> CaseResult {
+    ctx.require(Need::PartialReads)?;
+    let limit = ctx.settings().step_timeout;
+    let body = pattern(5 * 300, 16);
+    let pieces = check::chunks(&body, 300);
+    let key = CacheKey::from("woken");
+    let mut writer = check::begin(&ctx, "begin_write", &key, ObjectMeta::default()).await?;
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        readers.push(
+            check::expect_hit(&ctx, "lookup for a waiting reader", &key)
+                .await?
+                .body,
+        );
+    }
+    let mut got = vec![Vec::new(); readers.len()];
+    for (round, piece) in pieces.iter().enumerate() {
+        let probes: Vec<WakeProbe> = readers.iter().map(|_| WakeProbe::new()).collect();
+        let mut reads: Vec<_> = readers.iter_mut().map(|reader| reader.read()).collect();
+        for (i, (read, probe)) in reads.iter_mut().zip(&probes).enumerate() {
+            if let Poll::Ready(result) = probe.poll_once(read) {
+                return Err(ctx.failure(
+                    format!("reader {i}: a read at the end of the written bytes to wait"),
+                    format!("{result:?}"),
+                ));
+            }
+        }
+        check::write(&ctx, "appending", &mut *writer, piece.clone()).await?;
+        for (i, probe) in probes.iter().enumerate() {
+            ctx.ensure(
+                probe.wait(limit).await,
+                format!(
+                    "reader {i}, waiting at offset {}, to be woken by the append of chunk {round}",
+                    round * 300
+                ),
+                "not woken: a lost (or late) wake-up",
+            )?;
+        }
+        for (i, read) in reads.into_iter().enumerate() {
+            match ctx.step("the woken read", read).await? {
+                Ok(Some(chunk)) => got[i].extend_from_slice(&chunk),
+                other => {
+                    return Err(ctx.failure(
+                        format!("reader {i}: the appended bytes after its wake-up"),
+                        format!("{other:?}"),
+                    ));
+                }
+            }
+        }
+        // A backend may return an append in several pieces: catch up to the writer.
+        for (i, reader) in readers.iter_mut().enumerate() {
+            while got[i].len() < (round + 1) * 300 {
+                match ctx.step("catching up", reader.read()).await? {
+                    Ok(Some(chunk)) => got[i].extend_from_slice(&chunk),
+                    other => {
+                        return Err(ctx.failure(
+                            format!("reader {i}: the rest of chunk {round}"),
+                            format!("{other:?}"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let probes: Vec<WakeProbe> = readers.iter().map(|_| WakeProbe::new()).collect();
+    let mut reads: Vec<_> = readers.iter_mut().map(|reader| reader.read()).collect();
+    for (read, probe) in reads.iter_mut().zip(&probes) {
+        let _ = probe.poll_once(read);
+    }
+    check::finish(&ctx, "finish", writer, body.len() as u64).await?;
+    for (i, (read, probe)) in reads.into_iter().zip(&probes).enumerate() {
+        ctx.ensure(
+            probe.wait(limit).await,
+            format!("reader {i}, waiting at the end, to be woken by finish"),
+            "not woken: a lost wake-up",
+        )?;
+        let end = ctx.step("the read after finish", read).await?;
+        ctx.ensure(
+            matches!(end, Ok(None)),
+            format!("reader {i}: Ok(None) after finish"),
+            format!("{end:?}"),
+        )?;
+        check::check_body(
+            &ctx,
+            &format!("reader {i}"),
+            &Drained {
+                bytes: std::mem::take(&mut got[i]),
+                end: Ok(()),
+            },
+            &body,
+        )?;
+    }
+
+    let dropped = CacheKey::from("woken-by-drop");
+    let mut writer = check::begin(&ctx, "begin_write", &dropped, ObjectMeta::default()).await?;
+    check::write(&ctx, "writing a prefix", &mut *writer, pieces[0].clone()).await?;
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let mut reader = check::expect_hit(&ctx, "lookup for a waiting reader", &dropped)
+            .await?
+            .body;
+        let first = ctx.step("reading the prefix", reader.read()).await?;
+        ctx.ensure(
+            matches!(&first, Ok(Some(chunk)) if chunk.len() == 300),
+            "the 300-byte prefix",
+            format!("{first:?}"),
+        )?;
+        readers.push(reader);
+    }
+    let probes: Vec<WakeProbe> = readers.iter().map(|_| WakeProbe::new()).collect();
+    let mut reads: Vec<_> = readers.iter_mut().map(|reader| reader.read()).collect();
+    for (read, probe) in reads.iter_mut().zip(&probes) {
+        let _ = probe.poll_once(read);
+    }
+    drop(writer);
+    for (i, (read, probe)) in reads.into_iter().zip(&probes).enumerate() {
+        ctx.ensure(
+            probe.wait(limit).await,
+            format!("reader {i}, waiting at the end, to be woken by the writer's drop"),
+            "not woken: a lost wake-up",
+        )?;
+        let end = ctx.step("the read after the drop", read).await?;
+        ctx.ensure(
+            matches!(&end, Err(stream_cache::BodyError::Aborted(reason)) if reason.kind() == AbortKind::WriterDropped),
+            format!("reader {i}: Err(Aborted(WriterDropped)) after the writer's drop"),
+            format!("{end:?}"),
+        )?;
+    }
+    Ok(())
 }
