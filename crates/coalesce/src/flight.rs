@@ -17,6 +17,8 @@ use crate::waiters::Waiters;
 #[derive(Debug)]
 pub(crate) struct Flight<K, V, E> {
     pub(crate) key: K,
+    /// The key's hash under the group's hasher: how the flight is found in its shard's table.
+    pub(crate) hash: u64,
     pub(crate) shard: usize,
     pub(crate) state: Mutex<FlightState<V, E>>,
 }
@@ -74,9 +76,10 @@ impl Wake {
 }
 
 impl<K, V, E> Flight<K, V, E> {
-    pub(crate) fn new(key: K, shard: usize, lead: Lead) -> Self {
+    pub(crate) fn new(key: K, hash: u64, shard: usize, lead: Lead) -> Self {
         Self {
             key,
+            hash,
             shard,
             state: Mutex::new(FlightState {
                 phase: Phase::Open(lead),

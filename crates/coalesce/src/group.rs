@@ -1,10 +1,11 @@
 //! [`Group`]: the sharded map of in-flight fills, and the transitions that need its shard locks.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use tokio::time::Instant;
 
 use crate::builder::{Config, GroupBuilder};
@@ -30,7 +31,9 @@ pub struct Group<K, V, E = std::convert::Infallible> {
 
 pub(crate) struct Inner<K, V, E> {
     shards: Box<[Shard<K, V, E>]>,
-    shard_hasher: ahash::RandomState,
+    /// One hash per call picks the shard and locates the key in the shard's table; flights
+    /// keep it, so ending one never hashes (or even compares) a key.
+    hasher: ahash::RandomState,
     pub(crate) config: Config,
 }
 
@@ -41,7 +44,7 @@ pub(crate) struct Shard<K, V, E> {
 
 /// Open flights of one shard, and the counter that makes lead tokens unique.
 pub(crate) struct ShardMap<K, V, E> {
-    flights: HashMap<K, Arc<Flight<K, V, E>>, ahash::RandomState>,
+    flights: HashTable<Arc<Flight<K, V, E>>>,
     next_token: u64,
 }
 
@@ -89,7 +92,7 @@ impl<K, V, E> Group<K, V, E> {
         let shards = (0..config.shards)
             .map(|_| Shard {
                 map: Mutex::new(ShardMap {
-                    flights: HashMap::with_hasher(ahash::RandomState::new()),
+                    flights: HashTable::new(),
                     next_token: 1,
                 }),
                 stats: ShardStats::default(),
@@ -98,7 +101,7 @@ impl<K, V, E> Group<K, V, E> {
         Self {
             inner: Arc::new(Inner {
                 shards,
-                shard_hasher: ahash::RandomState::new(),
+                hasher: ahash::RandomState::new(),
                 config,
             }),
         }
@@ -197,8 +200,15 @@ where
     /// while the followers already waiting still receive this flight's result. Returns whether
     /// a flight was detached.
     pub fn forget(&self, key: &K) -> bool {
-        let shard = self.inner.shard(key);
-        shard.map.lock().flights.remove(key).is_some()
+        let hash = self.inner.hasher.hash_one(key);
+        let mut map = self.inner.shard(hash).map.lock();
+        match map.flights.find_entry(hash, |f| f.key == *key) {
+            Ok(entry) => {
+                entry.remove();
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     pub(crate) async fn wait_with_timeout(&self, wait: Wait<K, V, E>) -> Joined<K, V, E> {
@@ -221,55 +231,56 @@ where
     /// otherwise queues as a follower. Never waits.
     pub(crate) fn enter(&self, key: K) -> Entered<K, V, E> {
         let inner = &self.inner;
-        let index = inner.shard_index(&key);
+        let hash = inner.hasher.hash_one(&key);
+        let index = inner.shard_index(hash);
         let shard = &inner.shards[index];
         let mut map = shard.map.lock();
-        if let Some(flight) = map.flights.get(&key) {
-            let flight = Arc::clone(flight);
-            let mut state = flight.state.lock();
-            let Phase::Open(lead) = &mut state.phase else {
-                unreachable!("a flight in the map is open");
-            };
-            if inner.takeover_due(lead) {
-                let token = map.take_token(index, inner.shards.len());
-                *lead = Lead {
+        let map = &mut *map;
+        match map.flights.entry(hash, |f| f.key == key, |f| f.hash) {
+            Entry::Occupied(entry) => {
+                let flight = Arc::clone(entry.get());
+                let mut state = flight.state.lock();
+                let Phase::Open(lead) = &mut state.phase else {
+                    unreachable!("a flight in the map is open");
+                };
+                if inner.takeover_due(lead) {
+                    let token = take_token(&mut map.next_token, index, inner.shards.len());
+                    *lead = Lead {
+                        token,
+                        since: inner.stamp(),
+                        promoted: None,
+                    };
+                    drop(state);
+                    shard.stats.record(Event::Superseded);
+                    return Entered::Lead(Leader::new(self.clone(), flight, token));
+                }
+                let slot = state.waiters.push(true, None);
+                drop(state);
+                shard.stats.record(Event::Joined);
+                Entered::Follow(Wait::new(self.clone(), flight, slot))
+            }
+            Entry::Vacant(entry) => {
+                let token = take_token(&mut map.next_token, index, inner.shards.len());
+                let lead = Lead {
                     token,
                     since: inner.stamp(),
                     promoted: None,
                 };
-                drop(state);
-                drop(map);
-                shard.stats.record(Event::Superseded);
-                return Entered::Lead(Leader::new(self.clone(), flight, token));
+                let flight = Arc::new(Flight::new(key, hash, index, lead));
+                entry.insert(Arc::clone(&flight));
+                shard.stats.record(Event::Led);
+                Entered::Lead(Leader::new(self.clone(), flight, token))
             }
-            let slot = state.waiters.push(true, None);
-            drop(state);
-            drop(map);
-            shard.stats.record(Event::Joined);
-            return Entered::Follow(Wait::new(self.clone(), flight, slot));
         }
-        let token = map.take_token(index, inner.shards.len());
-        let lead = Lead {
-            token,
-            since: inner.stamp(),
-            promoted: None,
-        };
-        let flight = Arc::new(Flight::new(key.clone(), index, lead));
-        map.flights.insert(key, Arc::clone(&flight));
-        drop(map);
-        shard.stats.record(Event::Led);
-        Entered::Lead(Leader::new(self.clone(), flight, token))
     }
 }
 
-impl<K, V, E> ShardMap<K, V, E> {
-    /// A lead token unique within the group: a per-shard counter interleaved with the shard
-    /// index. Tokens only ever grow for a given key.
-    fn take_token(&mut self, shard: usize, shards: usize) -> u64 {
-        let token = self.next_token * shards as u64 + shard as u64;
-        self.next_token += 1;
-        token
-    }
+/// A lead token unique within the group: a per-shard counter interleaved with the shard index.
+/// Tokens only ever grow for a given key.
+fn take_token(next: &mut u64, shard: usize, shards: usize) -> u64 {
+    let token = *next * shards as u64 + shard as u64;
+    *next += 1;
+    token
 }
 
 impl<K, V, E> Inner<K, V, E> {
@@ -286,15 +297,14 @@ impl<K, V, E> Inner<K, V, E> {
 }
 
 impl<K: Hash + Eq, V, E> Inner<K, V, E> {
-    fn shard_index(&self, key: &K) -> usize {
-        // Shard counts are powers of two; take high bits so the map's own hasher (a different
-        // seed) sees keys that are not pre-sorted by this choice.
-        let hash = self.shard_hasher.hash_one(key);
+    /// Shard counts are powers of two. Bits 32 and up pick the shard: the table indexes buckets
+    /// with the low bits and tags them with the top 7, so neither is skewed by this choice.
+    fn shard_index(&self, hash: u64) -> usize {
         (hash >> 32) as usize & (self.shards.len() - 1)
     }
 
-    fn shard(&self, key: &K) -> &Shard<K, V, E> {
-        &self.shards[self.shard_index(key)]
+    fn shard(&self, hash: u64) -> &Shard<K, V, E> {
+        &self.shards[self.shard_index(hash)]
     }
 
     /// Runs `transition` on `flight` with its shard map and its state locked (in that order),
@@ -337,14 +347,9 @@ impl<K: Hash + Eq, V, E> Locked<'_, K, V, E> {
     /// Ends the flight with `phase`: removes it from the map if it is still there (by identity,
     /// so a newer flight for the same key is never touched) and returns the followers' wakers.
     pub(crate) fn end(&mut self, phase: Phase<V, E>) -> Wake {
-        let key = &self.flight.key;
-        if self
-            .map
-            .flights
-            .get(key)
-            .is_some_and(|f| Arc::ptr_eq(f, self.flight))
-        {
-            self.map.flights.remove(key);
+        let mine = |f: &Arc<Flight<K, V, E>>| Arc::ptr_eq(f, self.flight);
+        if let Ok(entry) = self.map.flights.find_entry(self.flight.hash, mine) {
+            entry.remove();
         }
         self.state.end(phase)
     }
@@ -352,8 +357,11 @@ impl<K: Hash + Eq, V, E> Locked<'_, K, V, E> {
     /// Hands the lead to the oldest follower able to take it; if there is none, ends the flight
     /// with `otherwise`.
     pub(crate) fn pass_lead(&mut self, otherwise: Phase<V, E>) -> Wake {
-        let shards = self.inner.shards.len();
-        let token = self.map.take_token(self.flight.shard, shards);
+        let token = take_token(
+            &mut self.map.next_token,
+            self.flight.shard,
+            self.inner.shards.len(),
+        );
         match self.state.promote_next(token, self.inner.stamp()) {
             Some(wake) => {
                 self.stats().record(Event::TookOver);
