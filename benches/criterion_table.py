@@ -108,6 +108,8 @@ def main():
 
 def print_split(rows, group, as_bytes):
     designs, params = [], []
+    # Ids without a "/" are not DESIGN/PARAM (e.g. left over from an older version of the bench).
+    rows = {f: v for f, v in rows.items() if "/" in f}
     for fid in sorted(rows, key=lambda f: (order_key(f.rsplit("/", 1)[0]), f)):
         design, param = fid.rsplit("/", 1)
         if design not in designs:

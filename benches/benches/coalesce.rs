@@ -6,7 +6,8 @@
 //!   is the like-for-like herd row (coalesce + store);
 //! - the floor: a `parking_lot::Mutex<HashMap>` insert + remove (registering and clearing an
 //!   in-flight marker with no waiter machinery at all);
-//! - 1 leader with 1, 100 and 10,000 followers waiting (reported per woken follower).
+//! - 1 leader with 1, 100 and 10,000 followers waiting (reported per woken follower), beside the
+//!   same harness waking n `tokio::sync::Notify` waiters (the cost of the harness itself).
 //!
 //! Every batch runs inside one `block_on` of a current-thread tokio runtime, so the executor is not
 //! charged per operation. Short runs by default (1 s warm-up, 3 s, 20 samples).
@@ -157,7 +158,7 @@ fn followers(c: &mut Criterion) {
     for n in [1usize, 100, 10_000] {
         group.throughput(Throughput::Elements(n as u64));
         let flights: Group<u64, u64> = Group::new();
-        group.bench_function(format!("{n} followers"), |b| {
+        group.bench_function(format!("coalesce join/{n}"), |b| {
             b.iter_custom(|iters| {
                 rt.block_on(async {
                     let mut total = Duration::ZERO;
@@ -190,6 +191,35 @@ fn followers(c: &mut Criterion) {
             })
         });
         assert_eq!(flights.in_flight(), 0);
+
+        // The floor for this harness: the same FuturesUnordered of n parked futures, woken by
+        // `tokio::sync::Notify::notify_waiters` (no key, no value, no result to clone).
+        let notify = tokio::sync::Notify::new();
+        group.bench_function(format!("floor: tokio Notify/{n}"), |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let started = Instant::now();
+                        let mut waiting: FuturesUnordered<_> =
+                            (0..n).map(|_| notify.notified()).collect();
+                        futures::future::poll_fn(|cx| {
+                            assert!(waiting.poll_next_unpin(cx).is_pending());
+                            Poll::Ready(())
+                        })
+                        .await;
+                        notify.notify_waiters();
+                        let mut woken = 0;
+                        while waiting.next().await.is_some() {
+                            woken += 1;
+                        }
+                        assert_eq!(woken, n);
+                        total += started.elapsed();
+                    }
+                    total
+                })
+            })
+        });
     }
     group.finish();
 }
