@@ -21,18 +21,16 @@
 //! runs them at once on a paused runtime; a real service (Redis) really waits a few short ttls.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use coalesce::{Acquire, FillLease, LeaseError, LeaseToken, MemoryLease};
-use futures::FutureExt;
-use futures::future::{BoxFuture, join_all};
+use futures::future::join_all;
 
-use crate::report::{CaseError, CaseReport, CaseResult, Failure, Outcome, Report, Skip};
-use crate::storage::panic_message;
+use crate::report::{CaseError, CaseResult, Outcome, Report};
+use crate::runner::{self, CaseLimits, case_table};
 
 /// A lease service under test: the lease, and a way to take the service down.
 #[async_trait]
@@ -164,19 +162,12 @@ impl Ctx {
 
     /// A failure of this case.
     pub fn failure(&self, expected: impl Into<String>, seen: impl Into<String>) -> CaseError {
-        CaseError::Failed(Failure {
-            case: self.case,
-            expected: expected.into(),
-            seen: seen.into(),
-        })
+        runner::failure(self.case, expected, seen)
     }
 
     /// A skip of this case.
     pub fn skip(&self, reason: impl Into<String>) -> CaseError {
-        CaseError::Skipped(Skip {
-            case: self.case,
-            reason: reason.into(),
-        })
+        runner::skip(self.case, reason)
     }
 
     /// Fail unless `condition`.
@@ -186,11 +177,7 @@ impl Ctx {
         expected: impl Into<String>,
         seen: impl Into<String>,
     ) -> CaseResult {
-        if condition {
-            Ok(())
-        } else {
-            Err(self.failure(expected, seen))
-        }
+        runner::ensure(self.case, condition, expected, seen)
     }
 
     /// Await `future` within the step timeout; past it, fail naming `what`.
@@ -199,13 +186,9 @@ impl Ctx {
         what: &str,
         future: impl Future<Output = T>,
     ) -> Result<T, CaseError> {
+        let pending = "still pending: a lease call that hangs stalls every fill of the key";
         let limit = self.settings.step_timeout;
-        tokio::time::timeout(limit, future).await.map_err(|_| {
-            self.failure(
-                format!("{what}: to answer within {limit:?}"),
-                "still pending: a lease call that hangs stalls every fill of the key",
-            )
-        })
+        runner::step(self.case, limit, what, "answer", pending, future).await
     }
 
     /// `try_acquire(key, ttl)`, which must answer `Ok`.
@@ -269,31 +252,11 @@ impl Ctx {
 }
 
 /// One case of the lease suite.
-#[derive(Clone, Copy)]
-pub struct CaseDef {
-    /// The case's name (its function's name in [`crate::lease`]).
-    pub name: &'static str,
-    /// Runs it.
-    pub run: fn(Ctx) -> BoxFuture<'static, CaseResult>,
-}
-
-impl std::fmt::Debug for CaseDef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name)
-    }
-}
-
-macro_rules! case_table {
-    ($($case:ident),* $(,)?) => {
-        /// Every case of the lease suite, in run order.
-        pub const CASES: &[CaseDef] = &[$(CaseDef {
-            name: stringify!($case),
-            run: |ctx| Box::pin($case(ctx)),
-        }),*];
-    };
-}
+pub type CaseDef = runner::CaseDef<Ctx>;
 
 case_table!(
+    /// Every case of the lease suite, in run order.
+    Ctx;
     held_lease_excludes_everyone,
     concurrent_acquires_grant_exactly_one,
     keys_are_independent,
@@ -535,20 +498,7 @@ pub async fn service_down_answers_errors_promptly(ctx: Ctx) -> CaseResult {
 }
 
 /// The lease suite over a factory of fresh services.
-pub struct Suite<F> {
-    factory: F,
-    settings: Settings,
-    only: Option<Vec<String>>,
-}
-
-impl<F> std::fmt::Debug for Suite<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Suite")
-            .field("settings", &self.settings)
-            .field("only", &self.only)
-            .finish_non_exhaustive()
-    }
-}
+pub type Suite<F> = runner::Suite<F, Settings>;
 
 impl<F, Fut, S> Suite<F>
 where
@@ -558,27 +508,7 @@ where
 {
     /// A suite that calls `factory` once per case for a fresh service.
     pub fn new(factory: F) -> Self {
-        Suite {
-            factory,
-            settings: Settings::default(),
-            only: None,
-        }
-    }
-
-    /// Replace the settings.
-    pub fn settings(mut self, settings: Settings) -> Self {
-        self.settings = settings;
-        self
-    }
-
-    /// Run only these cases (by name).
-    pub fn only<I, N>(mut self, names: I) -> Self
-    where
-        I: IntoIterator<Item = N>,
-        N: Into<String>,
-    {
-        self.only = Some(names.into_iter().map(Into::into).collect());
-        self
+        Suite::with_factory(factory)
     }
 
     /// Run every selected case, each on a fresh service under the case timeout, and report
@@ -586,58 +516,24 @@ where
     ///
     /// Cancel safety: dropping the run drops the running case; nothing is reported.
     pub async fn run(&self) -> Report {
-        let mut cases = Vec::new();
-        for case in CASES {
-            if self
-                .only
-                .as_ref()
-                .is_some_and(|only| !only.iter().any(|name| name == case.name))
-            {
-                continue;
-            }
-            cases.push(CaseReport {
-                name: case.name,
-                outcome: self.run_case(case).await,
-            });
-        }
-        Report {
-            suite: "lease",
-            cases,
-        }
+        self.run_cases("lease", CASES, async |case| self.run_case(case).await)
+            .await
     }
 
     /// Run one case on a fresh service.
     ///
     /// Cancel safety: as [`Suite::run`].
     pub async fn run_case(&self, case: &CaseDef) -> Outcome {
-        let limit = self.settings.case_timeout;
-        let failed = |expected: String, seen: String| {
-            Outcome::Failed(Failure {
-                case: case.name,
-                expected,
-                seen,
-            })
+        let settings = self.current_settings();
+        let limits = CaseLimits {
+            case_timeout: settings.case_timeout,
+            factory_timeout: false,
+            subject: "a service",
+            hung: "it hung",
         };
-        let service = match AssertUnwindSafe((self.factory)()).catch_unwind().await {
-            Ok(service) => service,
-            Err(panic) => {
-                return failed(
-                    "the factory to build a service".into(),
-                    panic_message(&*panic),
-                );
-            }
-        };
-        let ctx = Ctx::new(case.name, Arc::new(service), self.settings.clone());
-        match tokio::time::timeout(limit, AssertUnwindSafe((case.run)(ctx)).catch_unwind()).await {
-            Ok(Ok(result)) => Outcome::from_result(result),
-            Ok(Err(panic)) => failed(
-                "the case to run without panicking".into(),
-                panic_message(&*panic),
-            ),
-            Err(_) => failed(
-                format!("the case to finish within the case timeout of {limit:?}"),
-                "it hung".into(),
-            ),
-        }
+        self.run_one(case, limits, |service| {
+            Ctx::new(case.name, Arc::new(service), settings.clone())
+        })
+        .await
     }
 }

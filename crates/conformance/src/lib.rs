@@ -36,6 +36,7 @@ pub mod faulty;
 pub mod lease;
 pub mod read_through;
 pub mod report;
+pub mod runner;
 pub mod storage;
 pub mod support;
 pub mod sweep;
@@ -60,25 +61,16 @@ pub mod __private {
         Fut: Future<Output = S>,
         S: stream_cache::Storage,
     {
-        let case = CASES
-            .iter()
-            .find(|case| case.name == name)
-            .unwrap_or_else(|| panic!("no storage case named {name}"));
+        assert!(
+            CASES.iter().any(|case| case.name == name),
+            "no storage case named {name}"
+        );
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("build a tokio runtime");
-        let report = runtime.block_on(async {
-            let suite = Suite::new(factory).settings(settings);
-            crate::report::Report {
-                suite: "storage",
-                cases: vec![crate::report::CaseReport {
-                    name: case.name,
-                    outcome: suite.run_case(case).await,
-                }],
-            }
-        });
+        let report = runtime.block_on(Suite::new(factory).settings(settings).only([name]).run());
         if let Some(Outcome::Skipped(skip)) = report.outcome(name) {
             eprintln!("conformance: {name} SKIPPED: {}", skip.reason);
         }

@@ -11,8 +11,8 @@ use futures::future::join_all;
 use tokio::sync::watch;
 
 use super::{Ctx, Fill, FillError, ReadError};
-use crate::report::{CaseError, CaseResult, Failure};
-use crate::sweep::{SweepError, SweepLimits};
+use crate::report::CaseResult;
+use crate::sweep::SweepLimits;
 
 type Call<'a> = Pin<Box<dyn Future<Output = Result<String, ReadError>> + Send + 'a>>;
 
@@ -386,18 +386,8 @@ pub async fn cancel_sweep(ctx: Ctx) -> CaseResult {
     crate::sweep::cancel_sweep(limits, make, check)
         .await
         .map(drop)
-        .map_err(|error| match error {
-            SweepError::Check {
-                polls,
-                error: CaseError::Failed(failure),
-            } => CaseError::Failed(Failure {
-                expected: format!(
-                    "after dropping a call at poll {polls}: {}",
-                    failure.expected
-                ),
-                ..failure
-            }),
-            SweepError::Check { error, .. } => error,
-            other => ctx.failure("the call to complete under the sweep", other.to_string()),
+        .map_err(|error| {
+            let finish = "the call to complete under the sweep";
+            crate::runner::sweep_failure(ctx.case, "a call", finish, error)
         })
 }

@@ -23,12 +23,10 @@ mod cases;
 mod ttl_lru;
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::FutureExt;
 use futures::future::BoxFuture;
 
 pub use self::cases::{
@@ -37,8 +35,8 @@ pub use self::cases::{
     leader_cancelled_hands_over, leader_panic_does_not_hang,
 };
 pub use self::ttl_lru::{TtlLruAdapter, TtlLruMode};
-use crate::report::{CaseError, CaseReport, CaseResult, Failure, Outcome, Report};
-use crate::storage::panic_message;
+use crate::report::{CaseError, CaseResult, Outcome, Report};
+use crate::runner::{self, CaseLimits, case_table};
 
 /// A fill's error. Cloneable, so a cache can share one error with every coalesced caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -195,11 +193,7 @@ impl Ctx {
 
     /// A failure of this case.
     pub fn failure(&self, expected: impl Into<String>, seen: impl Into<String>) -> CaseError {
-        CaseError::Failed(Failure {
-            case: self.case,
-            expected: expected.into(),
-            seen: seen.into(),
-        })
+        runner::failure(self.case, expected, seen)
     }
 
     /// Fail unless `condition`.
@@ -209,11 +203,7 @@ impl Ctx {
         expected: impl Into<String>,
         seen: impl Into<String>,
     ) -> CaseResult {
-        if condition {
-            Ok(())
-        } else {
-            Err(self.failure(expected, seen))
-        }
+        runner::ensure(self.case, condition, expected, seen)
     }
 
     /// Await `future` within the step timeout; past it, fail naming `what`.
@@ -224,42 +214,18 @@ impl Ctx {
         what: &str,
         future: impl Future<Output = T>,
     ) -> Result<T, CaseError> {
+        let pending = "still pending: a caller left waiting on a fill nobody finishes";
         let limit = self.settings.step_timeout;
-        tokio::time::timeout(limit, future).await.map_err(|_| {
-            self.failure(
-                format!("{what}: to complete within {limit:?}"),
-                "still pending: a caller left waiting on a fill nobody finishes",
-            )
-        })
+        runner::step(self.case, limit, what, "complete", pending, future).await
     }
 }
 
 /// One case of the read-through suite.
-#[derive(Clone, Copy)]
-pub struct CaseDef {
-    /// The case's name (its function's name in [`crate::read_through`]).
-    pub name: &'static str,
-    /// Runs it.
-    pub run: fn(Ctx) -> BoxFuture<'static, CaseResult>,
-}
-
-impl std::fmt::Debug for CaseDef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name)
-    }
-}
-
-macro_rules! case_table {
-    ($($case:ident),* $(,)?) => {
-        /// Every case of the read-through suite, in run order.
-        pub const CASES: &[CaseDef] = &[$(CaseDef {
-            name: stringify!($case),
-            run: |ctx| Box::pin($case(ctx)),
-        }),*];
-    };
-}
+pub type CaseDef = runner::CaseDef<Ctx>;
 
 case_table!(
+    /// Every case of the read-through suite, in run order.
+    Ctx;
     coalesces_concurrent_misses,
     hit_after_fill,
     error_shared_with_followers,
@@ -272,20 +238,7 @@ case_table!(
 );
 
 /// The read-through suite over a factory of fresh caches.
-pub struct Suite<F> {
-    factory: F,
-    settings: Settings,
-    only: Option<Vec<String>>,
-}
-
-impl<F> std::fmt::Debug for Suite<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Suite")
-            .field("settings", &self.settings)
-            .field("only", &self.only)
-            .finish_non_exhaustive()
-    }
-}
+pub type Suite<F> = runner::Suite<F, Settings>;
 
 impl<F, Fut, C> Suite<F>
 where
@@ -295,86 +248,34 @@ where
 {
     /// A suite that calls `factory` once per case for a fresh, empty cache.
     pub fn new(factory: F) -> Self {
-        Suite {
-            factory,
-            settings: Settings::default(),
-            only: None,
-        }
+        Suite::with_factory(factory)
     }
 
-    /// Replace the settings.
-    pub fn settings(mut self, settings: Settings) -> Self {
-        self.settings = settings;
-        self
-    }
-
-    /// Run only these cases (by name).
-    pub fn only<I, N>(mut self, names: I) -> Self
-    where
-        I: IntoIterator<Item = N>,
-        N: Into<String>,
-    {
-        self.only = Some(names.into_iter().map(Into::into).collect());
-        self
-    }
-
-    /// Run every selected case, each on a fresh cache under the case timeout, and report them
-    /// all.
+    /// Run every selected case, each on a fresh cache under the case timeout, and report
+    /// them all.
     ///
     /// Cancel safety: dropping the run drops the running case; nothing is reported.
     pub async fn run(&self) -> Report {
-        let mut cases = Vec::new();
-        for case in CASES {
-            if self
-                .only
-                .as_ref()
-                .is_some_and(|only| !only.iter().any(|name| name == case.name))
-            {
-                continue;
-            }
-            cases.push(CaseReport {
-                name: case.name,
-                outcome: self.run_case(case).await,
-            });
-        }
-        Report {
-            suite: "read_through",
-            cases,
-        }
+        self.run_cases("read_through", CASES, async |case| {
+            self.run_case(case).await
+        })
+        .await
     }
 
     /// Run one case on a fresh cache.
     ///
     /// Cancel safety: as [`Suite::run`].
     pub async fn run_case(&self, case: &CaseDef) -> Outcome {
-        let limit = self.settings.case_timeout;
-        let failed = |expected: String, seen: String| {
-            Outcome::Failed(Failure {
-                case: case.name,
-                expected,
-                seen,
-            })
+        let settings = self.current_settings();
+        let limits = CaseLimits {
+            case_timeout: settings.case_timeout,
+            factory_timeout: false,
+            subject: "a cache",
+            hung: "it hung",
         };
-        let cache = match AssertUnwindSafe((self.factory)()).catch_unwind().await {
-            Ok(cache) => cache,
-            Err(panic) => {
-                return failed(
-                    "the factory to build a cache".into(),
-                    panic_message(&*panic),
-                );
-            }
-        };
-        let ctx = Ctx::new(case.name, Arc::new(cache), self.settings.clone());
-        match tokio::time::timeout(limit, AssertUnwindSafe((case.run)(ctx)).catch_unwind()).await {
-            Ok(Ok(result)) => Outcome::from_result(result),
-            Ok(Err(panic)) => failed(
-                "the case to run without panicking".into(),
-                panic_message(&*panic),
-            ),
-            Err(_) => failed(
-                format!("the case to finish within the case timeout of {limit:?}"),
-                "it hung".into(),
-            ),
-        }
+        self.run_one(case, limits, |cache| {
+            Ctx::new(case.name, Arc::new(cache), settings.clone())
+        })
+        .await
     }
 }

@@ -4,21 +4,33 @@
 
 use bytes::Bytes;
 use stream_cache::{
-    AbortKind, AbortReason, BodyError, BodyReader, CacheKey, ObjectMeta, StorageError, WriteError,
-    WriteState,
+    AbortKind, AbortReason, BodyError, BodyReader, BodyWriter, CacheKey, ObjectMeta, StorageError,
+    WriteError, WriteState,
 };
 
 use super::check::{self, pattern};
 use super::{Ctx, Need};
-use crate::report::CaseResult;
+use crate::report::{CaseError, CaseResult};
 
 const PREFIX: &[u8] = b"hello ";
+
+/// `begin_write(key, meta)`, then write [`PREFIX`] as the step `what`.
+async fn begin_with_prefix(
+    ctx: &Ctx,
+    key: &CacheKey,
+    meta: ObjectMeta,
+    what: &str,
+) -> Result<Box<dyn BodyWriter>, CaseError> {
+    let mut writer = check::begin(ctx, "begin_write", key, meta).await?;
+    check::write(ctx, what, &mut *writer, Bytes::from_static(PREFIX)).await?;
+    Ok(writer)
+}
 
 /// Attach a reader (partial reads only) and read the prefix written so far.
 async fn attach_and_read_prefix(
     ctx: &Ctx,
     key: &CacheKey,
-) -> Result<Option<Box<dyn BodyReader>>, crate::report::CaseError> {
+) -> Result<Option<Box<dyn BodyReader>>, CaseError> {
     if !ctx.has(Need::PartialReads) {
         return Ok(None);
     }
@@ -40,14 +52,7 @@ async fn attach_and_read_prefix(
 /// Drop the writer without `finish`: at once (synchronously, in `Drop`), a new lookup misses.
 pub async fn writer_dropped_lookup_misses(ctx: Ctx) -> CaseResult {
     let key = CacheKey::from("dropped");
-    let mut writer = check::begin(&ctx, "begin_write", &key, ObjectMeta::default()).await?;
-    check::write(
-        &ctx,
-        "writing a prefix",
-        &mut *writer,
-        Bytes::from_static(PREFIX),
-    )
-    .await?;
+    let writer = begin_with_prefix(&ctx, &key, ObjectMeta::default(), "writing a prefix").await?;
     drop(writer);
     check::expect_miss(&ctx, "lookup right after the writer was dropped", &key).await
 }
@@ -58,14 +63,7 @@ pub async fn writer_dropped_lookup_misses(ctx: Ctx) -> CaseResult {
 pub async fn writer_dropped_reader_sees_abort(ctx: Ctx) -> CaseResult {
     ctx.require(Need::PartialReads)?;
     let key = CacheKey::from("dropped-with-readers");
-    let mut writer = check::begin(&ctx, "begin_write", &key, ObjectMeta::default()).await?;
-    check::write(
-        &ctx,
-        "writing a prefix",
-        &mut *writer,
-        Bytes::from_static(PREFIX),
-    )
-    .await?;
+    let writer = begin_with_prefix(&ctx, &key, ObjectMeta::default(), "writing a prefix").await?;
     let mut reader = attach_and_read_prefix(&ctx, &key)
         .await?
         .expect("partial reads are required above");
@@ -110,14 +108,7 @@ pub async fn writer_dropped_reader_sees_abort(ctx: Ctx) -> CaseResult {
 pub async fn explicit_abort_with_cause(ctx: Ctx) -> CaseResult {
     ctx.require(Need::PartialReads)?;
     let key = CacheKey::from("aborted");
-    let mut writer = check::begin(&ctx, "begin_write", &key, ObjectMeta::default()).await?;
-    check::write(
-        &ctx,
-        "writing a prefix",
-        &mut *writer,
-        Bytes::from_static(PREFIX),
-    )
-    .await?;
+    let writer = begin_with_prefix(&ctx, &key, ObjectMeta::default(), "writing a prefix").await?;
     let mut reader = attach_and_read_prefix(&ctx, &key)
         .await?
         .expect("partial reads are required above");
@@ -148,18 +139,11 @@ pub async fn explicit_abort_with_cause(ctx: Ctx) -> CaseResult {
 /// readers get the prefix then that error; lookups miss.
 pub async fn length_mismatch_at_finish(ctx: Ctx) -> CaseResult {
     let key = CacheKey::from("short");
-    let mut writer = check::begin(
+    let writer = begin_with_prefix(
         &ctx,
-        "begin_write",
         &key,
         ObjectMeta::default().with_len(100),
-    )
-    .await?;
-    check::write(
-        &ctx,
         "writing 6 of 100 declared bytes",
-        &mut *writer,
-        Bytes::from_static(PREFIX),
     )
     .await?;
     let reader = attach_and_read_prefix(&ctx, &key).await?;
@@ -199,13 +183,11 @@ pub async fn length_mismatch_at_finish(ctx: Ctx) -> CaseResult {
 /// lookups miss.
 pub async fn length_overrun_at_write(ctx: Ctx) -> CaseResult {
     let key = CacheKey::from("long");
-    let mut writer =
-        check::begin(&ctx, "begin_write", &key, ObjectMeta::default().with_len(8)).await?;
-    check::write(
+    let mut writer = begin_with_prefix(
         &ctx,
+        &key,
+        ObjectMeta::default().with_len(8),
         "writing 6 of 8 declared bytes",
-        &mut *writer,
-        Bytes::from_static(PREFIX),
     )
     .await?;
     let reader = attach_and_read_prefix(&ctx, &key).await?;

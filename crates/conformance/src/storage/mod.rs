@@ -33,12 +33,9 @@ mod sweeps;
 mod writers;
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use stream_cache::{Capabilities, Storage};
 
 pub use aborts::{
@@ -57,7 +54,8 @@ pub use readers::{
 pub use sweeps::{cancel_sweep_purge, cancel_sweep_read, cancel_sweep_write};
 pub use writers::{concurrent_writers_one_key, replacing_an_object};
 
-use crate::report::{CaseError, CaseResult, Failure, Outcome, Report, Skip};
+use crate::report::{CaseError, CaseResult, Outcome, Report};
+use crate::runner::{self, CaseLimits, case_table};
 
 /// Knobs of a run. The defaults suit in-memory and local-disk backends on a small CI machine.
 #[derive(Debug, Clone)]
@@ -219,19 +217,12 @@ impl Ctx {
 
     /// A skip of this case.
     pub fn skip(&self, reason: impl Into<String>) -> CaseError {
-        CaseError::Skipped(Skip {
-            case: self.case,
-            reason: reason.into(),
-        })
+        runner::skip(self.case, reason)
     }
 
     /// A failure of this case.
     pub fn failure(&self, expected: impl Into<String>, seen: impl Into<String>) -> CaseError {
-        CaseError::Failed(Failure {
-            case: self.case,
-            expected: expected.into(),
-            seen: seen.into(),
-        })
+        runner::failure(self.case, expected, seen)
     }
 
     /// Await `future` within the step timeout; past it, fail naming `what`.
@@ -242,13 +233,9 @@ impl Ctx {
         what: &str,
         future: impl Future<Output = T>,
     ) -> Result<T, CaseError> {
+        let pending = "still pending: a hang or a lost wake-up";
         let limit = self.settings.step_timeout;
-        tokio::time::timeout(limit, future).await.map_err(|_| {
-            self.failure(
-                format!("{what}: to complete within {limit:?}"),
-                "still pending: a hang or a lost wake-up",
-            )
-        })
+        runner::step(self.case, limit, what, "complete", pending, future).await
     }
 
     /// Fail unless `condition`.
@@ -258,40 +245,16 @@ impl Ctx {
         expected: impl Into<String>,
         seen: impl Into<String>,
     ) -> CaseResult {
-        if condition {
-            Ok(())
-        } else {
-            Err(self.failure(expected, seen))
-        }
+        runner::ensure(self.case, condition, expected, seen)
     }
 }
 
 /// One case of the storage suite.
-#[derive(Clone, Copy)]
-pub struct CaseDef {
-    /// The case's name (its function's name in [`crate::storage`]).
-    pub name: &'static str,
-    /// Runs it.
-    pub run: fn(Ctx) -> BoxFuture<'static, CaseResult>,
-}
-
-impl std::fmt::Debug for CaseDef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name)
-    }
-}
-
-macro_rules! case_table {
-    ($($case:ident),* $(,)?) => {
-        /// Every case of the storage suite, in the order a run executes them.
-        pub const CASES: &[CaseDef] = &[$(CaseDef {
-            name: stringify!($case),
-            run: |ctx| Box::pin($case(ctx)),
-        }),*];
-    };
-}
+pub type CaseDef = runner::CaseDef<Ctx>;
 
 case_table!(
+    /// Every case of the storage suite, in the order a run executes them.
+    Ctx;
     round_trip,
     empty_body,
     large_body_many_chunks,
@@ -326,22 +289,7 @@ case_table!(
 );
 
 /// The storage suite over a factory of fresh storages.
-pub struct Suite<F> {
-    factory: F,
-    settings: Settings,
-    only: Option<Vec<String>>,
-    excluded: Vec<String>,
-}
-
-impl<F> std::fmt::Debug for Suite<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Suite")
-            .field("settings", &self.settings)
-            .field("only", &self.only)
-            .field("excluded", &self.excluded)
-            .finish_non_exhaustive()
-    }
-}
+pub type Suite<F> = runner::Suite<F, Settings>;
 
 impl<F, Fut, S> Suite<F>
 where
@@ -351,49 +299,18 @@ where
 {
     /// A suite that calls `factory` once per case for a fresh, empty storage.
     pub fn new(factory: F) -> Self {
-        Suite {
-            factory,
-            settings: Settings::default(),
-            only: None,
-            excluded: Vec::new(),
-        }
-    }
-
-    /// Replace the settings.
-    pub fn settings(mut self, settings: Settings) -> Self {
-        self.settings = settings;
-        self
+        Suite::with_factory(factory)
     }
 
     /// Shorthand for the per-case timeout.
     pub fn case_timeout(mut self, timeout: Duration) -> Self {
-        self.settings.case_timeout = timeout;
+        self.settings_mut().case_timeout = timeout;
         self
     }
 
     /// Shorthand for the per-step timeout.
     pub fn step_timeout(mut self, timeout: Duration) -> Self {
-        self.settings.step_timeout = timeout;
-        self
-    }
-
-    /// Run only these cases (by name).
-    pub fn only<I, N>(mut self, names: I) -> Self
-    where
-        I: IntoIterator<Item = N>,
-        N: Into<String>,
-    {
-        self.only = Some(names.into_iter().map(Into::into).collect());
-        self
-    }
-
-    /// Leave these cases out of the run (they do not appear in the report).
-    pub fn exclude<I, N>(mut self, names: I) -> Self
-    where
-        I: IntoIterator<Item = N>,
-        N: Into<String>,
-    {
-        self.excluded.extend(names.into_iter().map(Into::into));
+        self.settings_mut().step_timeout = timeout;
         self
     }
 
@@ -402,78 +319,24 @@ where
     /// Cancel safety: dropping the run drops the running case (and its storage); nothing is
     /// reported.
     pub async fn run(&self) -> Report {
-        let mut cases = Vec::new();
-        for case in CASES {
-            let selected = self
-                .only
-                .as_ref()
-                .is_none_or(|only| only.iter().any(|name| name == case.name));
-            if !selected || self.excluded.iter().any(|name| name == case.name) {
-                continue;
-            }
-            cases.push(crate::report::CaseReport {
-                name: case.name,
-                outcome: self.run_case(case).await,
-            });
-        }
-        Report {
-            suite: "storage",
-            cases,
-        }
+        self.run_cases("storage", CASES, async |case| self.run_case(case).await)
+            .await
     }
 
     /// Run one case on a fresh storage.
     ///
     /// Cancel safety: as [`Suite::run`].
     pub async fn run_case(&self, case: &CaseDef) -> Outcome {
-        let limit = self.settings.case_timeout;
-        let failed = |expected: String, seen: String| {
-            Outcome::Failed(Failure {
-                case: case.name,
-                expected,
-                seen,
-            })
+        let settings = self.current_settings();
+        let limits = CaseLimits {
+            case_timeout: settings.case_timeout,
+            factory_timeout: true,
+            subject: "a storage",
+            hung: "it hung (a storage call, a read or a wake-up never completed)",
         };
-        let built =
-            tokio::time::timeout(limit, AssertUnwindSafe((self.factory)()).catch_unwind()).await;
-        let storage = match built {
-            Ok(Ok(storage)) => storage,
-            Ok(Err(panic)) => {
-                return failed(
-                    "the factory to build a storage".into(),
-                    panic_message(&*panic),
-                );
-            }
-            Err(_) => {
-                return failed(
-                    format!("the factory to build a storage within {limit:?}"),
-                    "still pending".into(),
-                );
-            }
-        };
-        let ctx = Ctx::new(case.name, Arc::new(storage), self.settings.clone());
-        let ran =
-            tokio::time::timeout(limit, AssertUnwindSafe((case.run)(ctx)).catch_unwind()).await;
-        match ran {
-            Ok(Ok(result)) => Outcome::from_result(result),
-            Ok(Err(panic)) => failed(
-                "the case to run without panicking".into(),
-                panic_message(&*panic),
-            ),
-            Err(_) => failed(
-                format!("the case to finish within the case timeout of {limit:?}"),
-                "it hung (a storage call, a read or a wake-up never completed)".into(),
-            ),
-        }
+        self.run_one(case, limits, |storage| {
+            Ctx::new(case.name, Arc::new(storage), settings.clone())
+        })
+        .await
     }
-}
-
-/// The message of a caught panic.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string payload".to_string());
-    format!("panicked: {text}")
 }

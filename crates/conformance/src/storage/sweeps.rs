@@ -14,7 +14,7 @@ use stream_cache::{AbortKind, BodySource, BodyWriter, CacheKey, ObjectMeta, Stor
 use super::check::{self, pattern};
 use super::{Ctx, Need};
 use crate::faulty::{FaultPlan, Faulty};
-use crate::report::{CaseError, CaseResult, Failure};
+use crate::report::{CaseError, CaseResult};
 use crate::sweep::{SweepError, SweepLimits, cancel_sweep};
 
 type Slot<T> = Arc<Mutex<Option<T>>>;
@@ -35,23 +35,8 @@ fn limits(ctx: &Ctx) -> SweepLimits {
 
 /// Turn a sweep error into this case's failure, saying where the future was dropped.
 fn sweep_failure(ctx: &Ctx, what: &str, error: SweepError<CaseError>) -> CaseError {
-    match error {
-        SweepError::Check {
-            polls,
-            error: CaseError::Failed(failure),
-        } => CaseError::Failed(Failure {
-            expected: format!(
-                "after dropping {what} at poll {polls}: {}",
-                failure.expected
-            ),
-            ..failure
-        }),
-        SweepError::Check { error, .. } => error,
-        other => ctx.failure(
-            format!("{what} to complete under the sweep"),
-            other.to_string(),
-        ),
-    }
+    let finish = format!("{what} to complete under the sweep");
+    crate::runner::sweep_failure(ctx.case(), what, &finish, error)
 }
 
 /// Whatever a dropped write left behind must be terminal: a `Partial` body nobody can finish
