@@ -26,6 +26,9 @@ impl Default for Config {
     }
 }
 
+/// More shards than this buy nothing but memory.
+const MAX_SHARDS: usize = 1 << 16;
+
 /// Four shards per core, as a power of two between 4 and 256: enough that unrelated keys rarely
 /// share a lock, few enough that `in_flight()` stays cheap.
 fn default_shards() -> usize {
@@ -84,9 +87,10 @@ impl<K, V, E> GroupBuilder<K, V, E> {
         self
     }
 
-    /// Number of independently locked shards (rounded up to a power of two, at least 1).
+    /// Number of independently locked shards (rounded up to a power of two, between 1 and
+    /// 65,536).
     pub fn shards(mut self, shards: usize) -> Self {
-        self.config.shards = shards.max(1).next_power_of_two();
+        self.config.shards = shards.clamp(1, MAX_SHARDS).next_power_of_two();
         self
     }
 

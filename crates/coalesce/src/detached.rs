@@ -42,7 +42,12 @@ where
             return leader.finish(result);
         };
         // Subscribe before spawning, so the result cannot be published before we listen.
-        let wait = leader.subscribe();
+        let Some(wait) = leader.subscribe() else {
+            // Superseded already (takeover): our fill would publish nothing, so run it here
+            // and return its result to this caller alone.
+            let result = make_fut().await;
+            return leader.finish(result);
+        };
         let fill = make_fut();
         runtime.spawn(async move {
             let result = fill.await;

@@ -34,8 +34,9 @@ pub(crate) struct FlightState<V, E> {
 pub(crate) enum Phase<V, E> {
     /// Some future owns the right to fill.
     Open(Lead),
-    /// The leader published; followers clone this.
-    Done(Result<V, StdArc<E>>),
+    /// The leader published. Followers take a reference under the lock and clone the value
+    /// after releasing it, so a slow or panicking `V::clone` never runs under a lock.
+    Done(Result<StdArc<V>, StdArc<E>>),
     /// Ended with no result and nobody able to take the lead; followers get `Abandoned`.
     Abandoned,
     /// Ended while nobody was waiting, so the result was not kept. Never observed by a follower:
@@ -62,7 +63,8 @@ pub(crate) enum Wake {
     #[default]
     Nobody,
     One(Waker),
-    All(Vec<Waker>),
+    /// The whole queue, taken out under the lock (no allocation there) and woken after.
+    All(Waiters),
 }
 
 impl Wake {
@@ -70,7 +72,7 @@ impl Wake {
         match self {
             Wake::Nobody => {}
             Wake::One(waker) => waker.wake(),
-            Wake::All(wakers) => wakers.into_iter().for_each(Waker::wake),
+            Wake::All(waiters) => waiters.wake_all(),
         }
     }
 }
@@ -105,7 +107,7 @@ impl<V, E> FlightState<V, E> {
         if self.waiters.len() == 0 {
             return Wake::Nobody;
         }
-        Wake::All(self.waiters.drain_wakers())
+        Wake::All(std::mem::take(&mut self.waiters))
     }
 
     /// Hands the lead to the oldest follower able to take it, under a fresh `token`.

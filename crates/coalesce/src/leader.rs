@@ -78,20 +78,24 @@ impl<K: Hash + Eq, V: Clone, E> Leader<K, V, E> {
     /// can). A stale leader (superseded after `takeover_after`) publishes nothing; it still gets
     /// its own result back.
     pub fn finish(mut self, result: Result<V, E>) -> Result<V, FlightError<E>> {
-        self.finished = true;
         let policy = self.group.inner.config.on_error;
         let token = self.token;
         let result = result.map_err(StdArc::new);
+        // No user code runs under the locks: a value to share is moved into an `Arc`, and
+        // every clone of it (ours included) happens after they are released.
         let own = self.group.inner.with_locked(&self.flight, |locked| {
             if locked.state.open_token() != Some(token) {
-                return (result, Wake::Nobody);
+                return (Own::Kept(result), Wake::Nobody);
             }
             match result {
-                // Nobody to share with: skip the clone.
                 Ok(value) if locked.state.waiters.len() == 0 => {
-                    (Ok(value), locked.end(Phase::Closed))
+                    (Own::Kept(Ok(value)), locked.end(Phase::Closed))
                 }
-                Ok(value) => (Ok(value.clone()), locked.end(Phase::Done(Ok(value)))),
+                Ok(value) => {
+                    let shared = StdArc::new(value);
+                    let wake = locked.end(Phase::Done(Ok(StdArc::clone(&shared))));
+                    (Own::Shared(shared), wake)
+                }
                 Err(error) => {
                     locked.stats().record(Event::Failed);
                     let shared = Phase::Done(Err(StdArc::clone(&error)));
@@ -99,20 +103,42 @@ impl<K: Hash + Eq, V: Clone, E> Leader<K, V, E> {
                         ErrorPolicy::Share => locked.end(shared),
                         ErrorPolicy::HandOff => locked.pass_lead(shared),
                     };
-                    (Err(error), wake)
+                    (Own::Kept(Err(error)), wake)
                 }
             }
         });
-        own.map_err(FlightError::Failed)
+        // The flight is settled; only now may `Drop` stand down (had anything above panicked,
+        // `Drop` would have handed the flight on).
+        self.finished = true;
+        match own {
+            Own::Kept(result) => result.map_err(FlightError::Failed),
+            Own::Shared(value) => Ok(StdArc::unwrap_or_clone(value)),
+        }
     }
 
     /// Registers the leader's own caller as a follower that cannot lead, before the fill moves
-    /// to another task: the caller then waits for the result like any follower.
+    /// to another task: the caller then waits for the result like any follower. `None` if this
+    /// lead was superseded meanwhile (the flight may even have ended already).
     #[cfg(feature = "tokio")]
-    pub(crate) fn subscribe(&self) -> Wait<K, V, E> {
-        let slot = self.flight.state.lock().waiters.push(false, None);
-        Wait::new(self.group.clone(), Arc::clone(&self.flight), slot)
+    pub(crate) fn subscribe(&self) -> Option<Wait<K, V, E>> {
+        let mut state = self.flight.state.lock();
+        if state.open_token() != Some(self.token) {
+            return None;
+        }
+        let slot = state.waiters.push(false, None);
+        drop(state);
+        Some(Wait::new(
+            self.group.clone(),
+            Arc::clone(&self.flight),
+            slot,
+        ))
     }
+}
+
+/// What `finish` hands back to its own caller.
+enum Own<V, E> {
+    Kept(Result<V, StdArc<E>>),
+    Shared(StdArc<V>),
 }
 
 impl<K: Hash + Eq, V, E> Drop for Leader<K, V, E> {

@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
+use std::sync::Arc as StdArc;
 use std::task::{Context, Poll};
 
 use crate::flight::{Flight, Phase, Wake};
@@ -44,31 +45,45 @@ impl<K: Hash + Eq, V: Clone, E> Future for Wait<K, V, E> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         assert!(!this.resolved, "Wait polled after completion");
-        let mut state = this.flight.state.lock();
-        let outcome = match &mut state.phase {
-            Phase::Done(result) => Ok(result.clone().map_err(FlightError::Failed)),
-            Phase::Abandoned => Ok(Err(FlightError::Abandoned)),
-            Phase::Closed => unreachable!("a flight with followers is never closed"),
+        let mut guard = this.flight.state.lock();
+        let state = &mut *guard;
+        let seen = match &mut state.phase {
+            Phase::Done(Ok(value)) => Seen::Value(StdArc::clone(value)),
+            Phase::Done(Err(error)) => Seen::Failed(StdArc::clone(error)),
+            // `Closed` is only set when nobody waits; read defensively as abandoned.
+            Phase::Abandoned | Phase::Closed => Seen::Abandoned,
             Phase::Open(lead) if lead.promoted == Some(this.slot) => {
                 lead.promoted = None;
-                Err(lead.token)
+                state.waiters.remove(this.slot);
+                Seen::Lead(lead.token)
             }
             Phase::Open(_) => {
                 state.waiters.register(this.slot, cx.waker());
                 return Poll::Pending;
             }
         };
+        drop(guard);
         this.resolved = true;
-        match outcome {
-            Ok(result) => Poll::Ready(Joined::Done(result)),
-            Err(token) => {
-                state.waiters.remove(this.slot);
-                drop(state);
-                let leader = Leader::new(this.group.clone(), Arc::clone(&this.flight), token);
-                Poll::Ready(Joined::Leader(leader))
-            }
-        }
+        Poll::Ready(match seen {
+            // Cloned outside the lock: followers do not queue behind each other's clones.
+            Seen::Value(value) => Joined::Done(Ok(V::clone(&value))),
+            Seen::Failed(error) => Joined::Done(Err(FlightError::Failed(error))),
+            Seen::Abandoned => Joined::Done(Err(FlightError::Abandoned)),
+            Seen::Lead(token) => Joined::Leader(Leader::new(
+                this.group.clone(),
+                Arc::clone(&this.flight),
+                token,
+            )),
+        })
     }
+}
+
+/// What a follower found when polled, taken out from under the flight lock.
+enum Seen<V, E> {
+    Value(StdArc<V>),
+    Failed(StdArc<E>),
+    Abandoned,
+    Lead(u64),
 }
 
 impl<K: Hash + Eq, V, E> Drop for Wait<K, V, E> {

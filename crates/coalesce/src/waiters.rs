@@ -124,18 +124,17 @@ impl Waiters {
         None
     }
 
-    /// Empties the list, returning every stored waker so they can be woken after the lock that
-    /// guards this list is released.
-    pub(crate) fn drain_wakers(&mut self) -> Vec<Waker> {
-        let slots = std::mem::take(&mut self.slots);
-        *self = Self::default();
-        slots
-            .into_iter()
-            .filter_map(|slot| match slot {
-                Slot::Occupied(waiter) => waiter.waker,
-                Slot::Vacant { .. } => None,
-            })
-            .collect()
+    /// Wakes every follower still in the list. Called on a list already taken out of its
+    /// flight, after the locks are released.
+    pub(crate) fn wake_all(self) {
+        for slot in self.slots {
+            if let Slot::Occupied(Waiter {
+                waker: Some(waker), ..
+            }) = slot
+            {
+                waker.wake();
+            }
+        }
     }
 
     fn waiter_mut(&mut self, index: usize) -> &mut Waiter {

@@ -443,3 +443,58 @@ fn group_and_leader_are_send_and_sync() {
     send_sync::<Group<String, Vec<u8>, std::io::Error>>();
     send_sync::<coalesce::Leader<String, Vec<u8>, std::io::Error>>();
 }
+
+/// A value whose `Clone` panics: user code that must never run under a group lock.
+#[derive(Debug)]
+struct PanicsOnClone;
+
+impl Clone for PanicsOnClone {
+    fn clone(&self) -> Self {
+        panic!("user clone panicked")
+    }
+}
+
+#[tokio::test]
+async fn a_value_whose_clone_panics_strands_no_flight() {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    let group: Group<u32, PanicsOnClone, ()> = Group::new();
+    let Joined::Leader(leader) = group.join(1).await else {
+        panic!()
+    };
+    let mut waiting: Pin<Box<dyn Future<Output = Joined<u32, PanicsOnClone, ()>> + Send>> = {
+        let group = group.clone();
+        Box::pin(async move { group.join(1).await })
+    };
+    assert!(
+        waiting
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending()
+    );
+    // The leader's own copy is a clone (the follower still holds the shared value): it panics,
+    // but only after the flight was settled and every lock released.
+    let finished = catch_unwind(AssertUnwindSafe(move || leader.finish(Ok(PanicsOnClone))));
+    assert!(finished.is_err());
+    assert_eq!(group.in_flight(), 0, "the flight ended despite the panic");
+    // The follower's clone panics in its own poll, not under a lock shared with others.
+    let polled = catch_unwind(AssertUnwindSafe(|| {
+        waiting
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_ready()
+    }));
+    assert!(polled.is_err());
+    assert!(
+        matches!(group.join(1).await, Joined::Leader(_)),
+        "the key is free for a new fill"
+    );
+}
+
+#[test]
+fn an_absurd_shard_count_is_clamped_not_a_panic() {
+    let group: Group<u32, u64, ()> = Group::builder().shards(usize::MAX).build();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    assert_eq!(rt.block_on(group.run(1, || async { Ok(1) })), Ok(1));
+}
