@@ -128,7 +128,12 @@ impl Connector {
             Err(_elapsed) => LeaseError::TimedOut(self.connect_timeout),
         };
         tracing::debug!(error = %failure, backoff = ?self.reconnect_backoff, "redis connect failed");
-        self.state().down_until = Some(Instant::now() + self.reconnect_backoff);
+        // A back-off too large to represent means: stay down (never a panic on a setting).
+        let now = Instant::now();
+        self.state().down_until = Some(
+            now.checked_add(self.reconnect_backoff)
+                .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 24 * 3600)),
+        );
         Err(failure)
     }
 

@@ -488,7 +488,7 @@ impl Shared {
         CFut: Future<Output = Option<V>>,
     {
         self.await_pending_release(lease_key).await;
-        let deadline = Instant::now() + self.settings.ttl;
+        let deadline = saturating_deadline(Instant::now(), self.settings.ttl);
         let mut first = true;
         loop {
             match self.try_acquire(lease_key).await {
@@ -534,7 +534,10 @@ impl Shared {
             };
             let now = Instant::now();
             if now < deadline {
-                tokio::time::sleep_until(deadline.min(now + self.settings.poll_interval)).await;
+                tokio::time::sleep_until(
+                    deadline.min(saturating_deadline(now, self.settings.poll_interval)),
+                )
+                .await;
                 if let Some(value) = recheck().await {
                     bump(&self.counters.found_by_recheck);
                     return Step::Found(value);
@@ -635,4 +638,11 @@ impl Drop for Reinsert<'_> {
             slot.insert(pending);
         }
     }
+}
+
+/// `now + after`, saturating about 30 years out (as tokio does for "never") instead of panicking
+/// on a `Duration::MAX` setting.
+fn saturating_deadline(now: Instant, after: Duration) -> Instant {
+    now.checked_add(after)
+        .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 24 * 3600))
 }

@@ -305,7 +305,8 @@ impl<S: Storage> StreamCache<S> {
         let deadline = self
             .config
             .fill_timeout
-            .map(|timeout| Instant::now() + timeout);
+            // A timeout too large to represent is no deadline at all (not a panic).
+            .and_then(|timeout| Instant::now().checked_add(timeout));
         let fail = |leader: Leader<_, _, _>, failure: LeadFailure| {
             let error = FillError::from(&failure);
             let _ = leader.finish(Err(failure));
