@@ -139,6 +139,23 @@ impl<F, T> Suite<F, T> {
         run_case: impl AsyncFn(&CaseDef<C>) -> Outcome,
     ) -> Report {
         let mut ran = Vec::new();
+        // A misspelt name in `only` or `exclude` would otherwise select nothing and let an
+        // empty report pass: report it as a failure of its own.
+        let unknown: Vec<&str> = (self.only.iter().flatten())
+            .chain(&self.excluded)
+            .filter(|name| !cases.iter().any(|case| case.name == name.as_str()))
+            .map(String::as_str)
+            .collect();
+        if !unknown.is_empty() {
+            ran.push(CaseReport {
+                name: "case_selection",
+                outcome: Outcome::Failed(Failure {
+                    case: "case_selection",
+                    expected: format!("`only`/`exclude` to name cases of the {suite} suite"),
+                    seen: format!("unknown case names: {unknown:?}"),
+                }),
+            });
+        }
         for case in cases.iter().filter(|case| self.selects(case.name)) {
             ran.push(CaseReport {
                 name: case.name,

@@ -253,3 +253,23 @@ fn assert_passed_lists_every_failure_once() {
     skipped_only.assert_passed();
     assert_eq!(skipped_only.passed(), ["empty_body"]);
 }
+
+#[tokio::test]
+async fn a_misspelt_case_name_fails_the_run_instead_of_selecting_nothing() {
+    let report = Suite::new(|| async { MemStorage::new(1 << 20) })
+        .only(["round_trip", "round_tirp"])
+        .exclude(["no_such_case"])
+        .run()
+        .await;
+    assert_eq!(report.failed(), ["case_selection"], "{report}");
+    let failure = &report.failures()[0];
+    assert!(
+        failure.seen.contains("round_tirp") && failure.seen.contains("no_such_case"),
+        "{failure}"
+    );
+    assert_eq!(
+        report.passed(),
+        ["round_trip"],
+        "the names that exist still run"
+    );
+}
