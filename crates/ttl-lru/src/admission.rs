@@ -94,7 +94,11 @@ impl FrequencySketch {
     /// Records one request for `hash`.
     pub(crate) fn record(&self, hash: u64) {
         let (word, bit) = self.door_bit(hash);
-        let seen = self.doorkeeper[word].fetch_or(bit, Ordering::Relaxed) & bit != 0;
+        // Load first: on a hot key the bit is already set and the read-modify-write (which
+        // takes the cache line exclusive) is skipped.
+        let door = &self.doorkeeper[word];
+        let seen = door.load(Ordering::Relaxed) & bit != 0
+            || door.fetch_or(bit, Ordering::Relaxed) & bit != 0;
         if seen {
             // Conservative update: raise only the counters that hold the minimum.
             let slots: [usize; ROWS] = std::array::from_fn(|r| self.slot(hash, r));

@@ -111,6 +111,10 @@ where
     /// 4 x available parallelism rounded to a power of two, halved until each shard holds at least
     /// 64 units of capacity. Capacity is split evenly, so with a weigher an entry may weigh at most
     /// `capacity / shards`; use `.shards(1)` for exact whole-capacity accounting.
+    ///
+    /// An explicit count is clamped the same way: to at most `capacity / 64` shards (and at
+    /// most 65,536), so that a small cache is not split into shards too small to hold the keys
+    /// that hash to them while others sit empty.
     pub fn shards(mut self, n: usize) -> Self {
         self.shards = Some(n.max(1));
         self
@@ -184,7 +188,10 @@ where
             ),
             None => ahash::RandomState::new(),
         };
-        let shard_count = self.shards.unwrap_or_else(|| default_shards(self.capacity));
+        let shard_count = match self.shards {
+            Some(n) => n.min(max_useful_shards(self.capacity)),
+            None => default_shards(self.capacity),
+        };
         let caps = split_capacity(self.capacity, shard_count);
         let tinylfu = self.admission == Admission::TinyLfu;
         let shards: Box<[Shard<K, V>]> = caps
@@ -229,6 +236,12 @@ where
     }
 }
 
+/// The most shards that still leave each at least `MIN_SHARD_CAPACITY` units (at least 1).
+fn max_useful_shards(capacity: u64) -> usize {
+    let most = (capacity / MIN_SHARD_CAPACITY).clamp(1, 1 << 16);
+    most as usize
+}
+
 fn default_shards(capacity: u64) -> usize {
     let par = std::thread::available_parallelism().map_or(4, |n| n.get());
     let mut shards = (par * 4).next_power_of_two();
@@ -258,6 +271,23 @@ mod tests {
             let (min, max) = (parts.iter().min().unwrap(), parts.iter().max().unwrap());
             assert!(max - min <= 1);
         }
+    }
+
+    #[test]
+    fn explicit_shard_counts_are_clamped_to_useful_sizes() {
+        let cache: crate::Cache<u32, u32> = crate::Cache::builder(10).shards(64).build();
+        for k in 0..10 {
+            cache.insert(k, k, std::time::Duration::MAX).unwrap();
+        }
+        assert_eq!(
+            cache.len(),
+            10,
+            "a 10-entry cache holds 10 entries whatever the shard count"
+        );
+        let huge: crate::Cache<u32, u32> =
+            crate::Cache::builder(1 << 20).shards(usize::MAX).build();
+        huge.insert(1, 1, std::time::Duration::MAX).unwrap();
+        assert_eq!(huge.get(&1), Some(1));
     }
 
     #[test]

@@ -152,15 +152,19 @@ impl ManualClock {
         Self::default()
     }
 
-    /// Moves time forward by `d` (rounded up to whole milliseconds).
+    /// Moves time forward by `d` (rounded up to whole milliseconds), saturating: time never
+    /// wraps around and goes backwards.
     pub fn advance(&self, d: Duration) {
-        self.now
-            .fetch_add(duration_to_ms(d), std::sync::atomic::Ordering::Relaxed);
+        self.advance_ms(duration_to_ms(d));
     }
 
-    /// Moves time forward by `ms` milliseconds.
+    /// Moves time forward by `ms` milliseconds, saturating.
     pub fn advance_ms(&self, ms: u64) {
-        self.now.fetch_add(ms, std::sync::atomic::Ordering::Relaxed);
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        // `fetch_update` with a closure that always returns `Some` cannot fail.
+        let _ = self
+            .now
+            .fetch_update(relaxed, relaxed, |now| Some(now.saturating_add(ms)));
     }
 }
 
