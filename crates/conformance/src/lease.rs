@@ -19,6 +19,14 @@
 //! Each case runs on a fresh service from the factory, under a case timeout, with keys of its
 //! own. Expiry cases sleep on tokio's clock: a lease timed on tokio's clock (like `MemoryLease`)
 //! runs them at once on a paused runtime; a real service (Redis) really waits a few short ttls.
+//!
+//! # Cancel safety of the cases and helpers
+//! Every case and `Ctx` helper here is a sequence of lease calls, each wrapped in `step` (which
+//! bounds it by the step timeout and drops the call's future when that runs out). Dropping a case
+//! or helper drops the lease call in flight, with the cancel safety that lease documents: a
+//! `try_acquire`/`acquire` dropped after the service granted the lease leaves that lease to
+//! expire after its ttl (nobody holds its token to release it); a dropped `release` or `renew`
+//! may or may not have taken effect. Nothing else is held across an await.
 
 use std::future::Future;
 use std::sync::Arc;

@@ -2,6 +2,12 @@
 //! extra cases in the same style: every storage call bounded by the step timeout (a hang becomes
 //! a failure naming the step), bodies drained and compared with a message that says where they
 //! differ, and the one judgement that matters most: how a body ended.
+//!
+//! # Cancel safety
+//! Each async helper is one or a few storage calls, each under `ctx.step`. Dropping a helper drops
+//! the call in flight, with the backend's documented cancel safety; a dropped `drain` or
+//! `expect_body` loses the bytes read so far; a writer that `begin`/`store` created and that is
+//! dropped with the helper is aborted with `WriterDropped`, as the `BodyWriter` contract requires.
 
 use std::fmt::Write as _;
 
