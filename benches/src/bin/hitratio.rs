@@ -3,7 +3,7 @@
 //! markdown tables with each policy's distance from exact LRU.
 //!
 //! `cargo run --release -p benches --bin hitratio -- [--trace NAME]... [--quick] [--no-peers]
-//! [--no-model] [--trace-dir DIR]` where NAME is one of OLTP, P2, P3, P6, P12, zipf0.8, zipf1.0, zipf1.2.
+//! [--no-model] [--precision N] [--trace-dir DIR]` where NAME is one of OLTP, P2, P3, P6, P12, zipf0.8, zipf1.0, zipf1.2.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -36,12 +36,13 @@ struct Options {
     quick: bool,
     peers: bool,
     model: bool,
+    precision: usize,
     trace_dirs: Vec<PathBuf>,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: hitratio [--trace NAME]... [--quick] [--no-peers] [--no-model] [--trace-dir DIR]\n\
+        "usage: hitratio [--trace NAME]... [--quick] [--no-peers] [--no-model] [--precision N] [--trace-dir DIR]\n\
          NAME: OLTP P2 P3 P6 P12 zipf0.8 zipf1.0 zipf1.2 (default: all)\n\
          --quick: OLTP and the zipf workloads at 500K requests only"
     );
@@ -54,6 +55,7 @@ fn parse_args() -> Options {
         quick: false,
         peers: true,
         model: true,
+        precision: 2,
         trace_dirs: trace_dirs(),
     };
     let mut args = std::env::args().skip(1);
@@ -67,6 +69,12 @@ fn parse_args() -> Options {
             "--quick" => opts.quick = true,
             "--no-peers" => opts.peers = false,
             "--no-model" => opts.model = false,
+            "--precision" => {
+                opts.precision = match args.next().map(|n| n.parse::<usize>()) {
+                    Some(Ok(n)) if n <= 8 => n,
+                    _ => usage(),
+                }
+            }
             "-h" | "--help" => usage(),
             other => {
                 eprintln!("unknown argument {other:?}");
@@ -187,6 +195,7 @@ struct Workload {
     sizes: Vec<usize>,
     source: Source,
     description: String,
+    precision: usize,
 }
 
 /// Where a workload's keys come from.
@@ -204,7 +213,12 @@ impl Workload {
     }
 }
 
-fn load_workload(name: &str, quick: bool, dirs: &[PathBuf]) -> Result<Workload, String> {
+fn load_workload(
+    name: &str,
+    quick: bool,
+    dirs: &[PathBuf],
+    precision: usize,
+) -> Result<Workload, String> {
     if let Some(exponent) = name.strip_prefix("zipf") {
         let s: f64 = exponent
             .parse()
@@ -219,6 +233,7 @@ fn load_workload(name: &str, quick: bool, dirs: &[PathBuf]) -> Result<Workload, 
                 "zipf s={s} over {ZIPF_KEYS} keys, {count} requests, seed {ZIPF_SEED:#x}"
             ),
             source: Source::Keys(keys),
+            precision,
         });
     }
     if !ARC_TRACES.contains(&name) {
@@ -239,6 +254,7 @@ fn load_workload(name: &str, quick: bool, dirs: &[PathBuf]) -> Result<Workload, 
         ),
         sizes,
         source: Source::Trace(trace),
+        precision,
     })
 }
 
@@ -247,7 +263,7 @@ fn main() {
     let contenders = contenders(&opts);
     let mut all_match = true;
     for name in &opts.traces {
-        let workload = match load_workload(name, opts.quick, &opts.trace_dirs) {
+        let workload = match load_workload(name, opts.quick, &opts.trace_dirs, opts.precision) {
             Ok(w) => w,
             Err(e) => {
                 eprintln!("error: {e} (set {TRACE_DIR_ENV} or pass --trace-dir)");
@@ -313,12 +329,16 @@ fn print_table(workload: &Workload, rows: &[(String, Vec<SimResult>)]) -> bool {
         for (i, r) in results.iter().enumerate() {
             let pct = r.percent();
             if std::ptr::eq(results, lru) {
-                print!(" {pct:.2} |");
+                print!(" {pct:.prec$} |", prec = workload.precision);
                 if let Some(p) = published[i] {
                     ok &= ((pct * 100.0).round() / 100.0 - p).abs() < 1e-9;
                 }
             } else {
-                print!(" {pct:.2} ({:+.2}) |", pct - lru[i].percent());
+                let delta = pct - lru[i].percent();
+                print!(
+                    " {pct:.prec$} ({delta:+.prec$}) |",
+                    prec = workload.precision
+                );
             }
         }
         println!();
