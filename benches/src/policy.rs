@@ -281,6 +281,30 @@ impl Policy for MokaSync {
     }
 }
 
+/// pingora-memory-cache's `MemoryCache`: TinyUFO (S3-FIFO queues plus TinyLFU admission), not LRU.
+pub struct PingoraMemory {
+    cache: pingora_memory_cache::MemoryCache<u64, ()>,
+}
+
+impl PingoraMemory {
+    /// A cache of `capacity` entries.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            cache: pingora_memory_cache::MemoryCache::new(capacity),
+        }
+    }
+}
+
+impl Policy for PingoraMemory {
+    fn access(&mut self, key: u64) -> bool {
+        if self.cache.get(&key).0.is_some() {
+            return true;
+        }
+        self.cache.put(&key, (), None);
+        false
+    }
+}
+
 /// quick_cache's `unsync::Cache`: its CLOCK-Pro-like policy (hot/cold sections plus ghost
 /// entries, close to S3-FIFO), not LRU.
 pub struct QuickCache {

@@ -1,6 +1,6 @@
 //! The concurrent stores compared in the throughput benches, behind one small trait so each
 //! workload is written once. Every peer is used the way its docs recommend for `u64 -> u64`;
-//! [`LruTtlLike`] re-creates KumoMTA `lruttl`'s algorithm (it is not published on crates.io) and
+//! [`LruTtlLike`] re-creates KumoMTA `lruttl`'s algorithm (it lives inside the KumoMTA workspace) and
 //! [`ShardedFloor`] is the floor: a sharded `RwLock<HashMap>` with FIFO eviction, the least work a
 //! bounded concurrent map can do.
 
@@ -181,6 +181,29 @@ impl Store for QuickCache {
     }
     fn insert(&self, key: u64, value: u64) {
         self.0.insert(key, value);
+    }
+}
+
+/// pingora-memory-cache's `MemoryCache` (TinyUFO: S3-FIFO + TinyLFU over hashed keys), with a
+/// one-hour TTL on every insert like ttl-lru.
+pub struct PingoraMemory(pingora_memory_cache::MemoryCache<u64, u64>);
+
+impl PingoraMemory {
+    /// A cache bounded to `capacity` entries.
+    pub fn new(capacity: usize) -> Self {
+        Self(pingora_memory_cache::MemoryCache::new(capacity))
+    }
+}
+
+impl Store for PingoraMemory {
+    fn name(&self) -> &'static str {
+        "pingora-memory-cache"
+    }
+    fn get(&self, key: u64) -> Option<u64> {
+        self.0.get(&key).0
+    }
+    fn insert(&self, key: u64, value: u64) {
+        self.0.put(&key, value, Some(Duration::from_secs(3600)));
     }
 }
 
@@ -463,6 +486,7 @@ pub fn all_stores(capacity: usize) -> Vec<Box<dyn Store>> {
         Box::new(MokaSync::new(capacity as u64)),
         Box::new(MokaFuture::new(capacity as u64)),
         Box::new(MiniMoka::new(capacity as u64)),
+        Box::new(PingoraMemory::new(capacity)),
         Box::new(LruMutex::new(capacity)),
         Box::new(LruTtlLike::new(capacity)),
     ]

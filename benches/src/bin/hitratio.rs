@@ -3,13 +3,16 @@
 //! markdown tables with each policy's distance from exact LRU.
 //!
 //! `cargo run --release -p benches --bin hitratio -- [--trace NAME]... [--quick] [--no-peers]
-//! [--no-model] [--precision N] [--trace-dir DIR]` where NAME is one of OLTP, P2, P3, P6, P12, zipf0.8, zipf1.0, zipf1.2.
+//! [--no-model] [--precision N] [--only SUBSTR] [--trace-dir DIR]` where NAME is one of OLTP, P2,
+//! P3, P6, P12, zipf0.8, zipf1.0, zipf1.2, and `--only` keeps exact LRU plus the rows whose name
+//! contains SUBSTR.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use benches::policy::{
-    ExactLru, MokaSync, Policy, QuickCache, SampledLru, SimResult, TtlLru, TtlLruConfig, simulate,
+    ExactLru, MokaSync, PingoraMemory, Policy, QuickCache, SampledLru, SimResult, TtlLru,
+    TtlLruConfig, simulate,
 };
 use benches::trace::{ARC_TRACES, ArcTrace, TRACE_DIR_ENV, trace_dirs};
 use benches::zipf::Zipf;
@@ -37,12 +40,13 @@ struct Options {
     peers: bool,
     model: bool,
     precision: usize,
+    only: Option<String>,
     trace_dirs: Vec<PathBuf>,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: hitratio [--trace NAME]... [--quick] [--no-peers] [--no-model] [--precision N] [--trace-dir DIR]\n\
+        "usage: hitratio [--trace NAME]... [--quick] [--no-peers] [--no-model] [--precision N] [--only SUBSTR] [--trace-dir DIR]\n\
          NAME: OLTP P2 P3 P6 P12 zipf0.8 zipf1.0 zipf1.2 (default: all)\n\
          --quick: OLTP and the zipf workloads at 500K requests only"
     );
@@ -56,6 +60,7 @@ fn parse_args() -> Options {
         peers: true,
         model: true,
         precision: 2,
+        only: None,
         trace_dirs: trace_dirs(),
     };
     let mut args = std::env::args().skip(1);
@@ -69,6 +74,7 @@ fn parse_args() -> Options {
             "--quick" => opts.quick = true,
             "--no-peers" => opts.peers = false,
             "--no-model" => opts.model = false,
+            "--only" => opts.only = Some(args.next().unwrap_or_else(|| usage())),
             "--precision" => {
                 opts.precision = match args.next().map(|n| n.parse::<usize>()) {
                     Some(Ok(n)) if n <= 8 => n,
@@ -185,6 +191,9 @@ fn with_peers(mut list: Vec<Contender>, peers: bool) -> Vec<Contender> {
         list.push(contender("quick_cache (CLOCK-Pro-like)", |c| {
             Box::new(QuickCache::new(c))
         }));
+        list.push(contender("pingora-memory-cache (TinyUFO)", |c| {
+            Box::new(PingoraMemory::new(c))
+        }));
     }
     list
 }
@@ -260,7 +269,15 @@ fn load_workload(
 
 fn main() {
     let opts = parse_args();
-    let contenders = contenders(&opts);
+    let mut contenders = contenders(&opts);
+    if let Some(only) = &opts.only {
+        // Exact LRU stays: every other row is reported against it.
+        let mut i = 0;
+        contenders.retain(|c| {
+            i += 1;
+            i == 1 || c.name.contains(only.as_str())
+        });
+    }
     let mut all_match = true;
     for name in &opts.traces {
         let workload = match load_workload(name, opts.quick, &opts.trace_dirs, opts.precision) {
