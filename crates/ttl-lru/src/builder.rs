@@ -10,12 +10,13 @@ use crate::clock::{Clock, ClockSource, CoarseClock, duration_to_ms};
 use crate::shard::{Shard, ShardConfig};
 use crate::stats::CachePadded;
 
-/// Default number of random samples per eviction, measured on the ARC traces with the candidate
-/// pool on and one shard, against exact LRU (hit-ratio points): OLTP at 1K-15K entries, k=5 is
-/// within 0.30 (worst at 1K), k=8 within 0.15, k=10 within 0.12; P2, P3, P12 at 32K, sampling
-/// beats LRU by +0.07..+0.36 for every k. Each sample is a likely cache miss at 1M entries, so
-/// insert-at-capacity cost grows with k: 8 is the smallest k that holds the 0.3-point goal with margin.
-pub const DEFAULT_SAMPLES: usize = 8;
+/// Default number of random samples per eviction, measured with `benches --bin hitratio`
+/// (docs/benchmarks.md) against exact LRU on the ARC traces and zipf 0.8/1.0/1.2, with the
+/// candidate pool on and 8 shards: k=10 stays within 0.3 hit-ratio points of exact LRU on every
+/// trace and size (worst P2 +0.26, OLTP at 15K -0.11); k=8 missed by 0.0005 on P2 (+0.3005,
+/// sampling above LRU), k=5 missed by more. Each sample is a likely cache miss at 1M entries,
+/// so insert-at-capacity cost grows with k: 10 is the smallest k that holds the goal everywhere.
+pub const DEFAULT_SAMPLES: usize = 10;
 /// Default size of the per-shard eviction candidate pool (Redis's `EVPOOL_SIZE`).
 pub const DEFAULT_POOL_SIZE: usize = 16;
 /// Shards are halved until each holds at least this much capacity (small caches stay accurate).
