@@ -24,6 +24,7 @@ PREFERRED_ORDER = [
     "moka::sync",
     "moka::future",
     "mini-moka",
+    "pingora-memory-cache",
     "lru+Mutex",
     "lruttl-like",
     "stream-cache",
