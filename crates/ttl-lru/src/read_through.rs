@@ -55,6 +55,15 @@ struct FillTimeout;
 
 type GroupLeader<K, V> = Leader<K, V, ErasedError>;
 
+/// A caller that leads a fill, with what it needs to run it.
+struct Lead<K: Hash + Eq, V, T, F> {
+    leader: GroupLeader<K, V>,
+    hash: u64,
+    fence: u64,
+    ttl_fn: T,
+    make_fut: F,
+}
+
 /// What the store said before any coalescing.
 enum Front<V, E> {
     Answer(Result<Fetched<V>, FetchError<E>>),
@@ -99,29 +108,16 @@ where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        let hash = self.hash(&key);
-        match self.front::<E>(hash, &key) {
-            Front::Answer(a) => return a,
-            Front::StaleRefresh(value) => {
-                self.start_refresh(key, hash, ttl_fn, fill, None);
-                return Ok(Fetched {
-                    value,
-                    source: Source::Stale,
-                });
-            }
-            Front::Miss => {}
-        }
-        let fence = self.shard(hash).fence(hash);
-        // Await 1: cancel-safe (a dropped follower leaves the queue).
-        let leader = match self.inner.group.join(key).await {
-            Joined::Done(r) => return self.followed(r),
-            Joined::Leader(leader) => leader,
+        let Lead {
+            leader,
+            hash,
+            fence,
+            ttl_fn,
+            make_fut: fill,
+        } = match self.lead_or_answer(key, ttl_fn, fill, None).await {
+            Ok(lead) => lead,
+            Err(answer) => return answer,
         };
-        let leader = match self.recheck(leader, hash) {
-            Ok(hit) => return hit,
-            Err(leader) => leader,
-        };
-        self.inner.fills.fills.incr();
         // Await 2: if dropped here, `leader` drops and hands the flight on.
         let result = fill().await;
         self.publish(leader, hash, fence, ttl_fn, result)
@@ -157,29 +153,20 @@ where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        let hash = self.hash(&key);
-        match self.front::<E>(hash, &key) {
-            Front::Answer(a) => return a,
-            Front::StaleRefresh(value) => {
-                self.start_refresh(key, hash, ttl_fn, make_fut, Some(fill_timeout));
-                return Ok(Fetched {
-                    value,
-                    source: Source::Stale,
-                });
-            }
-            Front::Miss => {}
-        }
-        let fence = self.shard(hash).fence(hash);
-        // Await 1: cancel-safe (a dropped follower leaves the queue).
-        let leader = match self.inner.group.join(key).await {
-            Joined::Done(r) => return self.followed(r),
-            Joined::Leader(leader) => leader,
+        let refresh_timeout = Some(fill_timeout);
+        let Lead {
+            leader,
+            hash,
+            fence,
+            ttl_fn,
+            make_fut,
+        } = match self
+            .lead_or_answer(key, ttl_fn, make_fut, refresh_timeout)
+            .await
+        {
+            Ok(lead) => lead,
+            Err(answer) => return answer,
         };
-        let leader = match self.recheck(leader, hash) {
-            Ok(hit) => return hit,
-            Err(leader) => leader,
-        };
-        self.inner.fills.fills.incr();
         let fut = make_fut();
         let result = match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
@@ -206,6 +193,58 @@ where
         result.map(|value| Fetched {
             value,
             source: Source::Filled,
+        })
+    }
+
+    /// The front half both read-through calls share: a fresh hit, a cached error or a stale
+    /// value (claiming its refresh, which takes `ttl_fn` and `make_fut`) answers at once;
+    /// otherwise the caller joins the key's flight and either gets the flight's outcome or leads
+    /// (after re-checking the store), and gets `ttl_fn` and `make_fut` back to fill with.
+    ///
+    /// Cancel safety: its one await is the join; dropped there, the caller leaves the queue
+    /// (a lead handed to it passes on). Nothing is written before it.
+    async fn lead_or_answer<E, T, F, Fut>(
+        &self,
+        key: K,
+        ttl_fn: T,
+        make_fut: F,
+        refresh_timeout: Option<Duration>,
+    ) -> Result<Lead<K, V, T, F>, Result<Fetched<V>, FetchError<E>>>
+    where
+        E: Send + Sync + 'static,
+        T: FnOnce(&V) -> Duration + Send + 'static,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+    {
+        let hash = self.hash(&key);
+        match self.front::<E>(hash, &key) {
+            Front::Answer(a) => return Err(a),
+            Front::StaleRefresh(value) => {
+                self.start_refresh(key, hash, ttl_fn, make_fut, refresh_timeout);
+                return Err(Ok(Fetched {
+                    value,
+                    source: Source::Stale,
+                }));
+            }
+            Front::Miss => {}
+        }
+        let fence = self.shard(hash).fence(hash);
+        // Await 1: cancel-safe (a dropped follower leaves the queue).
+        let leader = match self.inner.group.join(key).await {
+            Joined::Done(r) => return Err(self.followed(r)),
+            Joined::Leader(leader) => leader,
+        };
+        let leader = match self.recheck(leader, hash) {
+            Ok(hit) => return Err(hit),
+            Err(leader) => leader,
+        };
+        self.inner.fills.fills.incr();
+        Ok(Lead {
+            leader,
+            hash,
+            fence,
+            ttl_fn,
+            make_fut,
         })
     }
 
