@@ -1,9 +1,13 @@
-//! One flight: the state shared by the leader of a key and the followers waiting on it.
+//! One shared flight: the state a key's leader shares with the followers waiting on it.
 //!
-//! A flight is created by the first caller for a key and lives in its shard's map while it is
-//! open. Every transition that ends a flight (finish, or a lead nobody can take) happens while
-//! the shard lock is held and removes the flight from the map in the same critical section, so
-//! **a flight found in the map is always open**. Lock order: shard map, then flight.
+//! A flight only exists once somebody waits: a lone leader lives inline in its shard's table
+//! (see `shard.rs`) and costs no allocation. When the first follower arrives (or a detached
+//! fill's caller subscribes), the entry is upgraded, under the shard lock, to a `Flight` that
+//! starts from the entry's lead; from then on the flight's [`Phase`] is authoritative.
+//!
+//! Every transition that ends a flight (finish, or a lead nobody can take) happens while the
+//! shard lock is held and removes the flight's entry from the shard in the same critical
+//! section, so **a flight found in a shard is always open**. Lock order: shard, then flight.
 
 use std::sync::Arc as StdArc;
 use std::task::Waker;
@@ -15,11 +19,13 @@ use crate::waiters::Waiters;
 
 /// The shared state of one fill for one key.
 #[derive(Debug)]
-pub(crate) struct Flight<K, V, E> {
-    pub(crate) key: K,
-    /// The key's hash under the group's hasher: how the flight is found in its shard's table.
+pub(crate) struct Flight<V, E> {
+    /// The key's hash under the group's hasher: where the flight's entry is in its shard.
     pub(crate) hash: u64,
     pub(crate) shard: usize,
+    /// The identity of the flight's entry (see `shard::Entry::id`): found by this, never by
+    /// key, so a newer entry for the same key is never touched.
+    pub(crate) id: u64,
     pub(crate) state: Mutex<FlightState<V, E>>,
 }
 
@@ -40,7 +46,7 @@ pub(crate) enum Phase<V, E> {
     /// Ended with no result and nobody able to take the lead; followers get `Abandoned`.
     Abandoned,
     /// Ended while nobody was waiting, so the result was not kept. Never observed by a follower:
-    /// with no follower registered and the flight gone from the map, none can arrive.
+    /// with no follower registered and the flight gone from its shard, none can arrive.
     Closed,
 }
 
@@ -77,21 +83,27 @@ impl Wake {
     }
 }
 
-impl<K, V, E> Flight<K, V, E> {
-    pub(crate) fn new(key: K, hash: u64, shard: usize, lead: Lead) -> Self {
+impl<V, E> Flight<V, E> {
+    /// A flight whose state (lead and first waiters) was set up before anyone could see it.
+    pub(crate) fn new(hash: u64, shard: usize, id: u64, state: FlightState<V, E>) -> Self {
         Self {
-            key,
             hash,
             shard,
-            state: Mutex::new(FlightState {
-                phase: Phase::Open(lead),
-                waiters: Waiters::default(),
-            }),
+            id,
+            state: Mutex::new(state),
         }
     }
 }
 
 impl<V, E> FlightState<V, E> {
+    /// An open flight led by `lead`, with nobody waiting yet.
+    pub(crate) fn open(lead: Lead) -> Self {
+        Self {
+            phase: Phase::Open(lead),
+            waiters: Waiters::default(),
+        }
+    }
+
     /// The lead token if the flight is open.
     pub(crate) fn open_token(&self) -> Option<u64> {
         match &self.phase {

@@ -1,18 +1,20 @@
-//! [`Group`]: the sharded map of in-flight fills, and the transitions that need its shard locks.
+//! [`Group`]: the sharded table of keys being filled, entering a key, and the transitions of a
+//! shared flight that need its shard lock.
 
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 
-use hashbrown::HashTable;
-use hashbrown::hash_table::Entry;
+use hashbrown::hash_table::Entry as TableEntry;
 use tokio::time::Instant;
 
 use crate::builder::{Config, GroupBuilder};
 use crate::flight::{Flight, FlightState, Lead, Phase, Wake};
+use crate::lead::{LeadGuard, LeadId};
 use crate::leader::Leader;
-use crate::stats::{Event, ShardStats, Stats};
-use crate::sync::{Arc, Mutex};
+use crate::shard::{self, Entry, Shard, ShardMap};
+use crate::stats::{self, Counts, Event, Stats};
+use crate::sync::{Arc, MutexGuard};
 use crate::wait::Wait;
 use crate::{FlightError, Joined};
 
@@ -30,27 +32,18 @@ pub struct Group<K, V, E = std::convert::Infallible> {
 }
 
 pub(crate) struct Inner<K, V, E> {
-    shards: Box<[Shard<K, V, E>]>,
+    pub(crate) shards: Box<[Shard<K, V, E>]>,
     /// One hash per call picks the shard and locates the key in the shard's table; flights
     /// keep it, so ending one never hashes (or even compares) a key.
     hasher: ahash::RandomState,
     pub(crate) config: Config,
 }
 
-pub(crate) struct Shard<K, V, E> {
-    map: Mutex<ShardMap<K, V, E>>,
-    pub(crate) stats: ShardStats,
-}
-
-/// Open flights of one shard, and the counter that makes lead tokens unique.
-pub(crate) struct ShardMap<K, V, E> {
-    flights: HashTable<Arc<Flight<K, V, E>>>,
-    next_token: u64,
-}
-
 /// What a caller became on entering a key.
 pub(crate) enum Entered<K: Hash + Eq, V, E> {
-    Lead(Leader<K, V, E>),
+    /// It leads; the key now lives in the shard's table.
+    Lead(LeadId),
+    /// It follows; the key went into the wait (a follower may yet be handed the lead).
     Follow(Wait<K, V, E>),
 }
 
@@ -89,15 +82,7 @@ impl<K, V, E> Group<K, V, E> {
     }
 
     pub(crate) fn with_config(config: Config) -> Self {
-        let shards = (0..config.shards)
-            .map(|_| Shard {
-                map: Mutex::new(ShardMap {
-                    flights: HashTable::new(),
-                    next_token: 1,
-                }),
-                stats: ShardStats::default(),
-            })
-            .collect();
+        let shards = (0..config.shards).map(|_| Shard::new()).collect();
         Self {
             inner: Arc::new(Inner {
                 shards,
@@ -113,7 +98,7 @@ impl<K, V, E> Group<K, V, E> {
         self.inner
             .shards
             .iter()
-            .map(|s| s.map.lock().flights.len())
+            .map(|s| s.map.lock().entries.len())
             .sum()
     }
 
@@ -121,7 +106,7 @@ impl<K, V, E> Group<K, V, E> {
     pub fn stats(&self) -> Stats {
         let mut total = Stats::default();
         for shard in self.inner.shards.iter() {
-            shard.stats.add_to(&mut total);
+            shard.map.lock().counts.add_to(&shard.timed_out, &mut total);
         }
         total
     }
@@ -135,12 +120,7 @@ impl<K, V, E> Group<K, V, E> {
         self.inner
             .shards
             .iter()
-            .map(|s| {
-                let mut map = s.map.lock();
-                let n = map.flights.len();
-                map.flights.clear();
-                n
-            })
+            .map(|s| s.map.lock().forget_all())
             .sum()
     }
 }
@@ -169,12 +149,20 @@ where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<V, E>>,
     {
-        match self.join(key).await {
-            Joined::Leader(leader) => {
+        match self.enter(key) {
+            Entered::Lead(lead) => {
+                // Borrows the group rather than cloning its `Arc`: this future borrows it anyway.
+                let guard = LeadGuard::new(&self.inner, lead);
                 let result = fill().await;
-                leader.finish(result)
+                guard.finish(result)
             }
-            Joined::Done(result) => result,
+            Entered::Follow(wait) => match self.wait_with_timeout(wait).await {
+                Joined::Leader(leader) => {
+                    let result = fill().await;
+                    leader.finish(result)
+                }
+                Joined::Done(result) => result,
+            },
         }
     }
 
@@ -190,8 +178,11 @@ where
     /// taken passes to the next follower. The returned [`Leader`] is a guard: dropping it
     /// without [`Leader::finish`] hands the flight on in the same way.
     pub async fn join(&self, key: K) -> Joined<K, V, E> {
+        // The table keeps the key it is given; the `Leader` needs its own (cloned here, before
+        // any lock: `K::clone` is user code).
+        let kept = key.clone();
         match self.enter(key) {
-            Entered::Lead(leader) => Joined::Leader(leader),
+            Entered::Lead(lead) => Joined::Leader(Leader::new(self.clone(), kept, lead)),
             Entered::Follow(wait) => self.wait_with_timeout(wait).await,
         }
     }
@@ -202,13 +193,7 @@ where
     pub fn forget(&self, key: &K) -> bool {
         let hash = self.inner.hasher.hash_one(key);
         let mut map = self.inner.shard(hash).map.lock();
-        match map.flights.find_entry(hash, |f| f.key == *key) {
-            Ok(entry) => {
-                entry.remove();
-                true
-            }
-            Err(_) => false,
-        }
+        map.forget(hash, |e| e.key == *key)
     }
 
     pub(crate) async fn wait_with_timeout(&self, wait: Wait<K, V, E>) -> Joined<K, V, E> {
@@ -219,7 +204,7 @@ where
                 match tokio::time::timeout(limit, wait).await {
                     Ok(joined) => joined,
                     Err(_elapsed) => {
-                        self.inner.shards[shard].stats.record(Event::TimedOut);
+                        stats::record_timeout(&self.inner.shards[shard].timed_out);
                         Joined::Done(Err(FlightError::TimedOut))
                     }
                 }
@@ -230,57 +215,71 @@ where
     /// Leads `key` if nobody does (or the current leader is older than `takeover_after`),
     /// otherwise queues as a follower. Never waits.
     pub(crate) fn enter(&self, key: K) -> Entered<K, V, E> {
-        let inner = &self.inner;
+        let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
         let index = inner.shard_index(hash);
-        let shard = &inner.shards[index];
-        let mut map = shard.map.lock();
+        let shards = inner.shards.len();
+        let mut map = inner.shards[index].map.lock();
         let map = &mut *map;
-        match map.flights.entry(hash, |f| f.key == key, |f| f.hash) {
-            Entry::Occupied(entry) => {
-                let flight = Arc::clone(entry.get());
+        let lead_id = |id, token| LeadId {
+            shard: index,
+            hash,
+            id,
+            token,
+        };
+        match map.entries.entry(hash, |e| e.key == key, |e| e.hash) {
+            TableEntry::Vacant(vacant) => {
+                let token = shard::take_token(&mut map.next_token, index, shards);
+                vacant.insert(Entry {
+                    hash,
+                    key,
+                    id: token,
+                    token,
+                    since: inner.stamp(),
+                    flight: None,
+                });
+                map.counts.record(Event::Led);
+                Entered::Lead(lead_id(token, token))
+            }
+            TableEntry::Occupied(mut occupied) => {
+                let entry = occupied.get_mut();
+                let id = entry.id;
+                let Some(flight) = &entry.flight else {
+                    // Lone: take it over, or become its first follower.
+                    if inner.takeover_due(entry.since) {
+                        let token = shard::take_token(&mut map.next_token, index, shards);
+                        entry.token = token;
+                        entry.since = inner.stamp();
+                        map.counts.record(Event::Superseded);
+                        return Entered::Lead(lead_id(id, token));
+                    }
+                    let (flight, slot) = entry.share(index, true);
+                    map.counts.record(Event::Joined);
+                    return Entered::Follow(Wait::new(self.clone(), flight, slot, key));
+                };
                 let mut state = flight.state.lock();
                 let Phase::Open(lead) = &mut state.phase else {
-                    unreachable!("a flight in the map is open");
+                    unreachable!("a flight in the table is open");
                 };
-                if inner.takeover_due(lead) {
-                    let token = take_token(&mut map.next_token, index, inner.shards.len());
+                if inner.takeover_due(lead.since) {
+                    let token = shard::take_token(&mut map.next_token, index, shards);
                     *lead = Lead {
                         token,
                         since: inner.stamp(),
                         promoted: None,
                     };
                     drop(state);
-                    shard.stats.record(Event::Superseded);
-                    return Entered::Lead(Leader::new(self.clone(), flight, token));
+                    map.counts.record(Event::Superseded);
+                    return Entered::Lead(lead_id(id, token));
                 }
                 let slot = state.waiters.push(true, None);
                 drop(state);
-                shard.stats.record(Event::Joined);
-                Entered::Follow(Wait::new(self.clone(), flight, slot))
-            }
-            Entry::Vacant(entry) => {
-                let token = take_token(&mut map.next_token, index, inner.shards.len());
-                let lead = Lead {
-                    token,
-                    since: inner.stamp(),
-                    promoted: None,
-                };
-                let flight = Arc::new(Flight::new(key, hash, index, lead));
-                entry.insert(Arc::clone(&flight));
-                shard.stats.record(Event::Led);
-                Entered::Lead(Leader::new(self.clone(), flight, token))
+                let flight = Arc::clone(flight);
+                map.counts.record(Event::Joined);
+                Entered::Follow(Wait::new(self.clone(), flight, slot, key))
             }
         }
     }
-}
-
-/// A lead token unique within the group: a per-shard counter interleaved with the shard index.
-/// Tokens only ever grow for a given key.
-fn take_token(next: &mut u64, shard: usize, shards: usize) -> u64 {
-    let token = *next * shards as u64 + shard as u64;
-    *next += 1;
-    token
 }
 
 impl<K, V, E> Inner<K, V, E> {
@@ -288,8 +287,8 @@ impl<K, V, E> Inner<K, V, E> {
         self.config.takeover_after.map(|_| Instant::now())
     }
 
-    fn takeover_due(&self, lead: &Lead) -> bool {
-        match (self.config.takeover_after, lead.since) {
+    fn takeover_due(&self, since: Option<Instant>) -> bool {
+        match (self.config.takeover_after, since) {
             (Some(age), Some(since)) => since.elapsed() >= age,
             _ => false,
         }
@@ -307,49 +306,65 @@ impl<K: Hash + Eq, V, E> Inner<K, V, E> {
         &self.shards[self.shard_index(hash)]
     }
 
-    /// Runs `transition` on `flight` with its shard map and its state locked (in that order),
+    /// Runs `transition` on `flight` with its shard and its state locked (in that order),
     /// then wakes whoever the transition returned, after both locks are released.
     pub(crate) fn with_locked<R>(
         &self,
-        flight: &Arc<Flight<K, V, E>>,
+        flight: &Flight<V, E>,
         transition: impl FnOnce(&mut Locked<'_, K, V, E>) -> (R, Wake),
     ) -> R {
-        let shard = &self.shards[flight.shard];
-        let mut map = shard.map.lock();
+        let map = self.shards[flight.shard].map.lock();
+        self.transition(map, flight, transition)
+    }
+
+    /// [`with_locked`](Inner::with_locked) for a caller already holding `flight`'s shard lock.
+    pub(crate) fn transition<R>(
+        &self,
+        mut map: MutexGuard<'_, ShardMap<K, V, E>>,
+        flight: &Flight<V, E>,
+        transition: impl FnOnce(&mut Locked<'_, K, V, E>) -> (R, Wake),
+    ) -> R {
         let mut state = flight.state.lock();
         let mut locked = Locked {
             inner: self,
             map: &mut map,
             flight,
             state: &mut state,
+            removed: None,
         };
         let (result, wake) = transition(&mut locked);
+        let removed = locked.removed.take();
         drop(state);
         drop(map);
+        // The removed entry owns the key: its drop is user code, run after the locks.
+        drop(removed);
         wake.wake();
         result
     }
 }
 
-/// A flight with its shard map and state locked: the only place flights end.
+/// A flight with its shard and state locked: the only place shared flights end.
 pub(crate) struct Locked<'a, K, V, E> {
     inner: &'a Inner<K, V, E>,
     map: &'a mut ShardMap<K, V, E>,
-    flight: &'a Arc<Flight<K, V, E>>,
+    flight: &'a Flight<V, E>,
     pub(crate) state: &'a mut FlightState<V, E>,
+    /// The flight's entry once `end` took it out of the shard, to drop after the locks.
+    removed: Option<Entry<K, V, E>>,
 }
 
 impl<K: Hash + Eq, V, E> Locked<'_, K, V, E> {
-    pub(crate) fn stats(&self) -> &ShardStats {
-        &self.inner.shards[self.flight.shard].stats
+    /// The counters of the flight's shard (whose lock is held).
+    pub(crate) fn counts(&mut self) -> &mut Counts {
+        &mut self.map.counts
     }
 
-    /// Ends the flight with `phase`: removes it from the map if it is still there (by identity,
-    /// so a newer flight for the same key is never touched) and returns the followers' wakers.
+    /// Ends the flight with `phase`: removes its entry from the shard if it is still there (by
+    /// identity, so a newer entry for the same key is never touched) and returns the
+    /// followers' wakers.
     pub(crate) fn end(&mut self, phase: Phase<V, E>) -> Wake {
-        let mine = |f: &Arc<Flight<K, V, E>>| Arc::ptr_eq(f, self.flight);
-        if let Ok(entry) = self.map.flights.find_entry(self.flight.hash, mine) {
-            entry.remove();
+        if let Some(entry) = self.map.find_mut(self.flight.hash, self.flight.id) {
+            self.removed = Some(entry.remove().0);
         }
         self.state.end(phase)
     }
@@ -357,14 +372,14 @@ impl<K: Hash + Eq, V, E> Locked<'_, K, V, E> {
     /// Hands the lead to the oldest follower able to take it; if there is none, ends the flight
     /// with `otherwise`.
     pub(crate) fn pass_lead(&mut self, otherwise: Phase<V, E>) -> Wake {
-        let token = take_token(
+        let token = shard::take_token(
             &mut self.map.next_token,
             self.flight.shard,
             self.inner.shards.len(),
         );
         match self.state.promote_next(token, self.inner.stamp()) {
             Some(wake) => {
-                self.stats().record(Event::TookOver);
+                self.map.counts.record(Event::TookOver);
                 wake
             }
             None => self.end(otherwise),

@@ -1,16 +1,16 @@
-//! [`Leader`]: the guard that owns a flight's right to fill, and hands it on if dropped.
+//! [`Leader`]: the guard that owns a key's right to fill, and hands it on if dropped.
+//!
+//! It holds its group, its own copy of the key and the lead's identity ([`LeadId`]); what
+//! finishing or dropping it does lives in `lead.rs`, shared with `run`'s borrowed guard.
 
 use std::fmt;
 use std::hash::Hash;
-use std::sync::Arc as StdArc;
 
-use crate::flight::{Flight, Phase, Wake};
+use crate::FlightError;
 use crate::group::Group;
-use crate::stats::Event;
-use crate::sync::Arc;
+use crate::lead::LeadId;
 #[cfg(feature = "tokio")]
 use crate::wait::Wait;
-use crate::{ErrorPolicy, FlightError};
 
 /// Proof that this caller leads the flight for a key: it must produce the value and call
 /// [`finish`](Leader::finish).
@@ -24,8 +24,8 @@ use crate::{ErrorPolicy, FlightError};
 #[must_use = "dropping a Leader without `finish` hands the fill to the next follower"]
 pub struct Leader<K: Hash + Eq, V, E> {
     group: Group<K, V, E>,
-    flight: Arc<Flight<K, V, E>>,
-    token: u64,
+    key: K,
+    lead: LeadId,
     finished: bool,
 }
 
@@ -35,37 +35,37 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Leader")
-            .field("key", &self.flight.key)
-            .field("generation", &self.token)
+            .field("key", &self.key)
+            .field("generation", &self.lead.token)
             .finish()
     }
 }
 
 impl<K: Hash + Eq, V, E> Leader<K, V, E> {
-    pub(crate) fn new(group: Group<K, V, E>, flight: Arc<Flight<K, V, E>>, token: u64) -> Self {
+    pub(crate) fn new(group: Group<K, V, E>, key: K, lead: LeadId) -> Self {
         Self {
             group,
-            flight,
-            token,
+            key,
+            lead,
             finished: false,
         }
     }
 
     /// The key this leader fills.
     pub fn key(&self) -> &K {
-        &self.flight.key
+        &self.key
     }
 
     /// This lead's generation: unique within the group, and strictly greater than the
     /// generation of every earlier lead of the same key. A store can use it to fence writes.
     pub fn generation(&self) -> u64 {
-        self.token
+        self.lead.token
     }
 
     /// Whether this is still the flight's current leader: false once a newer leader took over
     /// (after `takeover_after`), in which case [`finish`](Leader::finish) publishes nothing.
     pub fn is_current(&self) -> bool {
-        self.flight.state.lock().open_token() == Some(self.token)
+        self.group.inner.lead_is_current(self.lead)
     }
 }
 
@@ -73,87 +73,37 @@ impl<K: Hash + Eq, V: Clone, E> Leader<K, V, E> {
     /// Publishes `result` to every follower and ends the flight. Returns this caller's own
     /// outcome (an error as [`FlightError::Failed`], shared with the followers).
     ///
-    /// Under [`ErrorPolicy::HandOff`] an error is not shared: the next follower able to lead is
-    /// handed the flight and retries (followers that cannot lead still get the error if nobody
-    /// can). A stale leader (superseded after `takeover_after`) publishes nothing; it still gets
-    /// its own result back.
+    /// Under [`ErrorPolicy::HandOff`](crate::ErrorPolicy::HandOff) an error is not shared: the
+    /// next follower able to lead is handed the flight and retries (followers that cannot lead
+    /// still get the error if nobody can). A stale leader (superseded after `takeover_after`)
+    /// publishes nothing; it still gets its own result back.
     pub fn finish(mut self, result: Result<V, E>) -> Result<V, FlightError<E>> {
-        let policy = self.group.inner.config.on_error;
-        let token = self.token;
-        let result = result.map_err(StdArc::new);
-        // No user code runs under the locks: a value to share is moved into an `Arc`, and
-        // every clone of it (ours included) happens after they are released.
-        let own = self.group.inner.with_locked(&self.flight, |locked| {
-            if locked.state.open_token() != Some(token) {
-                return (Own::Kept(result), Wake::Nobody);
-            }
-            match result {
-                Ok(value) if locked.state.waiters.len() == 0 => {
-                    (Own::Kept(Ok(value)), locked.end(Phase::Closed))
-                }
-                Ok(value) => {
-                    let shared = StdArc::new(value);
-                    let wake = locked.end(Phase::Done(Ok(StdArc::clone(&shared))));
-                    (Own::Shared(shared), wake)
-                }
-                Err(error) => {
-                    locked.stats().record(Event::Failed);
-                    let shared = Phase::Done(Err(StdArc::clone(&error)));
-                    let wake = match policy {
-                        ErrorPolicy::Share => locked.end(shared),
-                        ErrorPolicy::HandOff => locked.pass_lead(shared),
-                    };
-                    (Own::Kept(Err(error)), wake)
-                }
-            }
-        });
-        // The flight is settled; only now may `Drop` stand down (had anything above panicked,
+        let outcome = self.group.inner.finish_lead(self.lead, result);
+        // The flight is settled; only now may `Drop` stand down (had `finish_lead` panicked,
         // `Drop` would have handed the flight on).
         self.finished = true;
-        match own {
-            Own::Kept(result) => result.map_err(FlightError::Failed),
-            Own::Shared(value) => Ok(StdArc::unwrap_or_clone(value)),
-        }
+        outcome
     }
 
     /// Registers the leader's own caller as a follower that cannot lead, before the fill moves
     /// to another task: the caller then waits for the result like any follower. `None` if this
     /// lead was superseded meanwhile (the flight may even have ended already).
     #[cfg(feature = "tokio")]
-    pub(crate) fn subscribe(&self) -> Option<Wait<K, V, E>> {
-        let mut state = self.flight.state.lock();
-        if state.open_token() != Some(self.token) {
-            return None;
-        }
-        let slot = state.waiters.push(false, None);
-        drop(state);
-        Some(Wait::new(
-            self.group.clone(),
-            Arc::clone(&self.flight),
-            slot,
-        ))
+    pub(crate) fn subscribe(&self) -> Option<Wait<K, V, E>>
+    where
+        K: Clone,
+    {
+        // Cloned before any lock (user code); this follower never leads, so never uses it.
+        let key = self.key.clone();
+        let (flight, slot) = self.group.inner.subscribe_lead(self.lead)?;
+        Some(Wait::new(self.group.clone(), flight, slot, key))
     }
-}
-
-/// What `finish` hands back to its own caller.
-enum Own<V, E> {
-    Kept(Result<V, StdArc<E>>),
-    Shared(StdArc<V>),
 }
 
 impl<K: Hash + Eq, V, E> Drop for Leader<K, V, E> {
     fn drop(&mut self) {
-        if self.finished {
-            return;
+        if !self.finished {
+            self.group.inner.abandon_lead(self.lead);
         }
-        let token = self.token;
-        self.group.inner.with_locked(&self.flight, |locked| {
-            locked.stats().record(Event::Abandoned);
-            if locked.state.open_token() != Some(token) {
-                // Superseded: the flight belongs to a newer leader now.
-                return ((), Wake::Nobody);
-            }
-            ((), locked.pass_lead(Phase::Abandoned))
-        });
     }
 }

@@ -1,8 +1,10 @@
 //! Per-call outcome counters.
 //!
-//! Counters live per shard (each on its own cache line) and are only written on the miss path
-//! (leading, joining, hand-offs), so two keys in different shards never write the same line.
-//! They are plain std atomics even under loom: they are reports, not synchronisation.
+//! Counters live in their shard. Every event recorded while the shard lock is held anyway
+//! (leading, joining, hand-offs, takeovers, abandons, failures) is a plain `u64` inside the
+//! locked shard ([`Counts`]), so recording it costs no atomic instruction at all. The one event
+//! recorded without that lock, a follower's wait timing out, is a relaxed atomic beside it.
+//! They are reports, not synchronisation.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -27,19 +29,18 @@ pub struct Stats {
     pub failed: u64,
 }
 
+/// The counters a shard updates under its own lock.
 #[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct ShardStats {
-    led: AtomicU64,
-    joined: AtomicU64,
-    took_over: AtomicU64,
-    superseded: AtomicU64,
-    abandoned: AtomicU64,
-    timed_out: AtomicU64,
-    failed: AtomicU64,
+pub(crate) struct Counts {
+    led: u64,
+    joined: u64,
+    took_over: u64,
+    superseded: u64,
+    abandoned: u64,
+    failed: u64,
 }
 
-/// Names one counter, so call sites read as what happened.
+/// Names one counter kept under the shard lock, so call sites read as what happened.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Event {
     Led,
@@ -47,31 +48,35 @@ pub(crate) enum Event {
     TookOver,
     Superseded,
     Abandoned,
-    TimedOut,
     Failed,
 }
 
-impl ShardStats {
-    pub(crate) fn record(&self, event: Event) {
+impl Counts {
+    pub(crate) fn record(&mut self, event: Event) {
         let counter = match event {
-            Event::Led => &self.led,
-            Event::Joined => &self.joined,
-            Event::TookOver => &self.took_over,
-            Event::Superseded => &self.superseded,
-            Event::Abandoned => &self.abandoned,
-            Event::TimedOut => &self.timed_out,
-            Event::Failed => &self.failed,
+            Event::Led => &mut self.led,
+            Event::Joined => &mut self.joined,
+            Event::TookOver => &mut self.took_over,
+            Event::Superseded => &mut self.superseded,
+            Event::Abandoned => &mut self.abandoned,
+            Event::Failed => &mut self.failed,
         };
-        counter.fetch_add(1, Relaxed);
+        *counter += 1;
     }
 
-    pub(crate) fn add_to(&self, total: &mut Stats) {
-        total.led += self.led.load(Relaxed);
-        total.joined += self.joined.load(Relaxed);
-        total.took_over += self.took_over.load(Relaxed);
-        total.superseded += self.superseded.load(Relaxed);
-        total.abandoned += self.abandoned.load(Relaxed);
-        total.timed_out += self.timed_out.load(Relaxed);
-        total.failed += self.failed.load(Relaxed);
+    /// Adds these counts, and the shard's lock-free `timed_out`, to `total`.
+    pub(crate) fn add_to(&self, timed_out: &AtomicU64, total: &mut Stats) {
+        total.led += self.led;
+        total.joined += self.joined;
+        total.took_over += self.took_over;
+        total.superseded += self.superseded;
+        total.abandoned += self.abandoned;
+        total.timed_out += timed_out.load(Relaxed);
+        total.failed += self.failed;
     }
+}
+
+/// Records a timed-out wait: the only event counted outside the shard lock.
+pub(crate) fn record_timeout(timed_out: &AtomicU64) {
+    timed_out.fetch_add(1, Relaxed);
 }

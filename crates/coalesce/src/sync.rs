@@ -1,8 +1,9 @@
 //! The synchronisation shim: `parking_lot`/`std` in normal builds, `loom` under `--cfg herd_loom`.
 //!
 //! Everything in this crate that two threads can race on goes through this module, so the loom
-//! models in `tests/loom.rs` see every lock and every reference count. Counters that are only ever
-//! read as statistics (`stats.rs`) deliberately use plain std atomics: they carry no invariant.
+//! models in `tests/loom.rs` see every lock and every reference count. Statistics (`stats.rs`) are
+//! plain integers under the shard lock, and the one counted outside it a plain std atomic: they
+//! carry no invariant.
 
 #[cfg(not(herd_loom))]
 mod imp {

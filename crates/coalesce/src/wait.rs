@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 
 use crate::flight::{Flight, Phase, Wake};
 use crate::group::Group;
+use crate::lead::LeadId;
 use crate::leader::Leader;
 use crate::sync::Arc;
 use crate::{FlightError, Joined};
@@ -18,18 +19,29 @@ use crate::{FlightError, Joined};
 /// not yet taken passes to the next follower (the hand-off is never lost).
 pub(crate) struct Wait<K: Hash + Eq, V, E> {
     group: Group<K, V, E>,
-    flight: Arc<Flight<K, V, E>>,
+    flight: Arc<Flight<V, E>>,
     slot: usize,
+    /// The caller's key, for the [`Leader`] it becomes if handed the lead (taken then).
+    key: Option<K>,
     /// Set once the slot is gone (resolved); `Drop` then has nothing to undo.
     resolved: bool,
 }
 
+// Nothing is ever pinned through a `Wait`: the key is only moved out by value.
+impl<K: Hash + Eq, V, E> Unpin for Wait<K, V, E> {}
+
 impl<K: Hash + Eq, V, E> Wait<K, V, E> {
-    pub(crate) fn new(group: Group<K, V, E>, flight: Arc<Flight<K, V, E>>, slot: usize) -> Self {
+    pub(crate) fn new(
+        group: Group<K, V, E>,
+        flight: Arc<Flight<V, E>>,
+        slot: usize,
+        key: K,
+    ) -> Self {
         Self {
             group,
             flight,
             slot,
+            key: Some(key),
             resolved: false,
         }
     }
@@ -71,8 +83,8 @@ impl<K: Hash + Eq, V: Clone, E> Future for Wait<K, V, E> {
             Seen::Abandoned => Joined::Done(Err(FlightError::Abandoned)),
             Seen::Lead(token) => Joined::Leader(Leader::new(
                 this.group.clone(),
-                Arc::clone(&this.flight),
-                token,
+                this.key.take().expect("a wait resolves once"),
+                LeadId::of_flight(&this.flight, token),
             )),
         })
     }

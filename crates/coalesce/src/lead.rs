@@ -1,0 +1,223 @@
+//! What finishing or dropping a lead does, for the public [`Leader`](crate::Leader) and for
+//! the borrowed guard [`LeadGuard`] that [`Group::run`](crate::Group::run) uses.
+//!
+//! A lead is named by a [`LeadId`] (where its entry is, which entry, which lead of it), not by
+//! a reference count: a lone lead, the uncontended case, is finished with one shard lock, one
+//! lookup and one removal, with no flight lock, no allocation and no `Arc` traffic. Only when
+//! the entry has been upgraded to a shared flight (somebody waits) does the flight protocol run.
+//!
+//! Every path checks the lead's token first: a lead superseded by a takeover (or whose entry
+//! is gone) changes nothing and publishes nothing.
+
+use std::hash::Hash;
+use std::sync::Arc as StdArc;
+
+use crate::ErrorPolicy;
+use crate::FlightError;
+use crate::flight::{Flight, Phase, Wake};
+use crate::group::Inner;
+use crate::stats::Event;
+use crate::sync::Arc;
+
+/// Which lead of which entry: the identity every lead transition goes by.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeadId {
+    pub(crate) shard: usize,
+    pub(crate) hash: u64,
+    /// The entry's identity (see `shard::Entry::id`).
+    pub(crate) id: u64,
+    /// This lead's token: the generation reported by [`Leader`](crate::Leader).
+    pub(crate) token: u64,
+}
+
+impl LeadId {
+    /// The lead handed to a follower of `flight` under `token`.
+    pub(crate) fn of_flight<V, E>(flight: &Flight<V, E>, token: u64) -> Self {
+        Self {
+            shard: flight.shard,
+            hash: flight.hash,
+            id: flight.id,
+            token,
+        }
+    }
+}
+
+/// What `finish` hands back to its own caller.
+enum Own<V, E> {
+    Kept(Result<V, StdArc<E>>),
+    Shared(StdArc<V>),
+}
+
+impl<V: Clone, E> Own<V, E> {
+    fn into_result(self) -> Result<V, FlightError<E>> {
+        match self {
+            Own::Kept(result) => result.map_err(FlightError::Failed),
+            Own::Shared(value) => Ok(StdArc::unwrap_or_clone(value)),
+        }
+    }
+}
+
+impl<K: Hash + Eq, V: Clone, E> Inner<K, V, E> {
+    /// Publishes `result` for `lead` and ends its flight, as
+    /// [`Leader::finish`](crate::Leader::finish) documents. Returns the caller's own outcome.
+    pub(crate) fn finish_lead(
+        &self,
+        lead: LeadId,
+        result: Result<V, E>,
+    ) -> Result<V, FlightError<E>> {
+        let result = result.map_err(StdArc::new);
+        let mut map = self.shards[lead.shard].map.lock();
+        let Some(entry) = map.find_mut(lead.hash, lead.id) else {
+            // Superseded, and the newer lead has already ended the entry.
+            drop(map);
+            return Own::Kept(result).into_result();
+        };
+        let flight = match &entry.get().flight {
+            Some(flight) => Arc::clone(flight),
+            None if entry.get().token != lead.token => {
+                drop(map);
+                return Own::Kept(result).into_result();
+            }
+            None => {
+                // Lone and current: nobody waits, so there is nothing to publish.
+                let (removed, _) = entry.remove();
+                if result.is_err() {
+                    map.counts.record(Event::Failed);
+                }
+                drop(map);
+                drop(removed); // the key's drop is user code: never under the lock
+                return Own::Kept(result).into_result();
+            }
+        };
+        let policy = self.config.on_error;
+        // No user code runs under the locks: a value to share is moved into an `Arc`, and
+        // every clone of it (ours included) happens after they are released.
+        let own = self.transition(map, &flight, |locked| {
+            if locked.state.open_token() != Some(lead.token) {
+                return (Own::Kept(result), Wake::Nobody);
+            }
+            match result {
+                Ok(value) if locked.state.waiters.len() == 0 => {
+                    (Own::Kept(Ok(value)), locked.end(Phase::Closed))
+                }
+                Ok(value) => {
+                    let shared = StdArc::new(value);
+                    let wake = locked.end(Phase::Done(Ok(StdArc::clone(&shared))));
+                    (Own::Shared(shared), wake)
+                }
+                Err(error) => {
+                    locked.counts().record(Event::Failed);
+                    let shared = Phase::Done(Err(StdArc::clone(&error)));
+                    let wake = match policy {
+                        ErrorPolicy::Share => locked.end(shared),
+                        ErrorPolicy::HandOff => locked.pass_lead(shared),
+                    };
+                    (Own::Kept(Err(error)), wake)
+                }
+            }
+        });
+        own.into_result()
+    }
+}
+
+impl<K: Hash + Eq, V, E> Inner<K, V, E> {
+    /// `lead` was dropped unfinished: a lone entry is released, a shared flight is handed to
+    /// its oldest follower able to lead (or ends as abandoned).
+    pub(crate) fn abandon_lead(&self, lead: LeadId) {
+        let mut map = self.shards[lead.shard].map.lock();
+        map.counts.record(Event::Abandoned);
+        let Some(entry) = map.find_mut(lead.hash, lead.id) else {
+            return;
+        };
+        let flight = match &entry.get().flight {
+            Some(flight) => Arc::clone(flight),
+            None if entry.get().token != lead.token => return,
+            None => {
+                let (removed, _) = entry.remove();
+                drop(map);
+                drop(removed);
+                return;
+            }
+        };
+        self.transition(map, &flight, |locked| {
+            if locked.state.open_token() != Some(lead.token) {
+                // Superseded: the flight belongs to a newer leader now.
+                return ((), Wake::Nobody);
+            }
+            ((), locked.pass_lead(Phase::Abandoned))
+        });
+    }
+
+    /// Whether `lead` is still its entry's current lead.
+    pub(crate) fn lead_is_current(&self, lead: LeadId) -> bool {
+        let mut map = self.shards[lead.shard].map.lock();
+        let Some(entry) = map.find_mut(lead.hash, lead.id) else {
+            return false;
+        };
+        let entry = entry.get();
+        match &entry.flight {
+            None => entry.token == lead.token,
+            Some(flight) => flight.state.lock().open_token() == Some(lead.token),
+        }
+    }
+
+    /// Queues a follower that cannot lead on `lead`'s flight (upgrading a lone entry). `None`
+    /// if `lead` is no longer current.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn subscribe_lead(&self, lead: LeadId) -> Option<(Arc<Flight<V, E>>, usize)> {
+        let mut map = self.shards[lead.shard].map.lock();
+        let mut entry = map.find_mut(lead.hash, lead.id)?;
+        let entry = entry.get_mut();
+        match &entry.flight {
+            None if entry.token != lead.token => None,
+            None => Some(entry.share(lead.shard, false)),
+            Some(flight) => {
+                let mut state = flight.state.lock();
+                if state.open_token() != Some(lead.token) {
+                    return None;
+                }
+                let slot = state.waiters.push(false, None);
+                drop(state);
+                Some((Arc::clone(flight), slot))
+            }
+        }
+    }
+}
+
+/// The lead of [`Group::run`](crate::Group::run): like [`Leader`](crate::Leader), but it
+/// borrows the group (the `run` future does anyway) instead of holding a clone of its `Arc`,
+/// and it does not keep the key.
+pub(crate) struct LeadGuard<'a, K: Hash + Eq, V, E> {
+    inner: &'a Inner<K, V, E>,
+    lead: LeadId,
+    finished: bool,
+}
+
+impl<'a, K: Hash + Eq, V, E> LeadGuard<'a, K, V, E> {
+    pub(crate) fn new(inner: &'a Inner<K, V, E>, lead: LeadId) -> Self {
+        Self {
+            inner,
+            lead,
+            finished: false,
+        }
+    }
+}
+
+impl<K: Hash + Eq, V: Clone, E> LeadGuard<'_, K, V, E> {
+    /// As [`Leader::finish`](crate::Leader::finish).
+    pub(crate) fn finish(mut self, result: Result<V, E>) -> Result<V, FlightError<E>> {
+        let outcome = self.inner.finish_lead(self.lead, result);
+        // Settled; only now may `Drop` stand down (had `finish_lead` panicked, `Drop` would
+        // have handed the lead on).
+        self.finished = true;
+        outcome
+    }
+}
+
+impl<K: Hash + Eq, V, E> Drop for LeadGuard<'_, K, V, E> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.inner.abandon_lead(self.lead);
+        }
+    }
+}

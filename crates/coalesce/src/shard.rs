@@ -1,0 +1,141 @@
+//! One shard of a group: the table of keys being filled, looked up by key on entry and by
+//! identity (hash + entry id) everywhere else.
+//!
+//! An [`Entry`] starts *lone*: just the key and its lead (token, start time), inline in the
+//! table, with no allocation and no lock besides the shard's. The first follower upgrades it
+//! to *shared* by creating a [`Flight`] (see `flight.rs`) under the shard lock; from then on
+//! the flight's phase is authoritative and the entry's own lead fields are stale. An entry
+//! never goes back from shared to lone; it leaves the shard when its flight ends.
+//!
+//! `forget` moves an entry to the side table `forgotten`, where its leader (or a promoted
+//! follower) still finds it by identity to finish or hand it on, while new callers for the key
+//! start a fresh entry. The side table is almost always empty, so identity lookups pay one
+//! `is_empty()` for it.
+
+use std::sync::atomic::AtomicU64;
+
+use hashbrown::HashTable;
+use hashbrown::hash_table::OccupiedEntry;
+use tokio::time::Instant;
+
+use crate::flight::{Flight, FlightState, Lead};
+use crate::stats::Counts;
+use crate::sync::{Arc, Mutex};
+
+/// One independently locked part of a group. Cache-line aligned so that two shards never
+/// share a line.
+#[repr(align(128))]
+pub(crate) struct Shard<K, V, E> {
+    pub(crate) map: Mutex<ShardMap<K, V, E>>,
+    /// Follower waits that timed out: recorded without the shard lock, so kept apart.
+    pub(crate) timed_out: AtomicU64,
+}
+
+/// The keys of one shard being filled, the counter that makes lead tokens unique, and the
+/// counters recorded under this shard's lock.
+pub(crate) struct ShardMap<K, V, E> {
+    pub(crate) entries: HashTable<Entry<K, V, E>>,
+    /// Entries detached by `forget`: still open for their leader and followers, invisible to
+    /// new callers. Usually empty.
+    forgotten: HashTable<Entry<K, V, E>>,
+    pub(crate) next_token: u64,
+    pub(crate) counts: Counts,
+}
+
+/// One key being filled.
+pub(crate) struct Entry<K, V, E> {
+    pub(crate) hash: u64,
+    pub(crate) key: K,
+    /// The token of the lead that created this entry: its identity for as long as it lives.
+    /// Unique within the group, so a newer entry for the same key never matches an older id.
+    pub(crate) id: u64,
+    /// The current lead while the entry is lone (ignored once `flight` is set).
+    pub(crate) token: u64,
+    /// When the current lone lead started; kept only when `takeover_after` is configured.
+    pub(crate) since: Option<Instant>,
+    /// Set when the first follower arrives; then the flight's phase is authoritative.
+    pub(crate) flight: Option<Arc<Flight<V, E>>>,
+}
+
+impl<K, V, E> Shard<K, V, E> {
+    pub(crate) fn new() -> Self {
+        Self {
+            map: Mutex::new(ShardMap {
+                entries: HashTable::new(),
+                forgotten: HashTable::new(),
+                next_token: 1,
+                counts: Counts::default(),
+            }),
+            timed_out: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<K, V, E> ShardMap<K, V, E> {
+    /// The entry with identity `id`, whether visible to callers or forgotten.
+    pub(crate) fn find_mut(
+        &mut self,
+        hash: u64,
+        id: u64,
+    ) -> Option<OccupiedEntry<'_, Entry<K, V, E>>> {
+        match self.entries.find_entry(hash, |e| e.id == id) {
+            Ok(entry) => Some(entry),
+            Err(_) if self.forgotten.is_empty() => None,
+            Err(_) => self.forgotten.find_entry(hash, |e| e.id == id).ok(),
+        }
+    }
+
+    /// Detaches the entry `is_key` matches, if any. Returns whether there was one.
+    pub(crate) fn forget(
+        &mut self,
+        hash: u64,
+        is_key: impl FnMut(&Entry<K, V, E>) -> bool,
+    ) -> bool {
+        match self.entries.find_entry(hash, is_key) {
+            Ok(entry) => {
+                let (entry, _) = entry.remove();
+                self.forgotten.insert_unique(hash, entry, |e| e.hash);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Detaches every entry. Returns how many there were.
+    pub(crate) fn forget_all(&mut self) -> usize {
+        let n = self.entries.len();
+        if self.forgotten.is_empty() {
+            std::mem::swap(&mut self.entries, &mut self.forgotten);
+        } else {
+            for entry in self.entries.drain() {
+                self.forgotten.insert_unique(entry.hash, entry, |e| e.hash);
+            }
+        }
+        n
+    }
+}
+
+impl<K, V, E> Entry<K, V, E> {
+    /// Upgrades a lone entry to a shared flight whose first follower is created here (and can
+    /// lead if `can_lead`). Returns the flight and that follower's slot.
+    pub(crate) fn share(&mut self, shard: usize, can_lead: bool) -> (Arc<Flight<V, E>>, usize) {
+        debug_assert!(self.flight.is_none(), "only a lone entry is upgraded");
+        let mut state = FlightState::open(Lead {
+            token: self.token,
+            since: self.since,
+            promoted: None,
+        });
+        let slot = state.waiters.push(can_lead, None);
+        let flight = Arc::new(Flight::new(self.hash, shard, self.id, state));
+        self.flight = Some(Arc::clone(&flight));
+        (flight, slot)
+    }
+}
+
+/// A lead token unique within the group: a per-shard counter interleaved with the shard index.
+/// Tokens only ever grow for a given key.
+pub(crate) fn take_token(next: &mut u64, shard: usize, shards: usize) -> u64 {
+    let token = *next * shards as u64 + shard as u64;
+    *next += 1;
+    token
+}
