@@ -218,18 +218,12 @@ where
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
         let index = inner.shard_index(hash);
-        let shards = inner.shards.len();
         let mut map = inner.shards[index].map.lock();
         let map = &mut *map;
-        let lead_id = |id, token| LeadId {
-            shard: index,
-            hash,
-            id,
-            token,
-        };
         match map.entries.entry(hash, |e| e.key == key, |e| e.hash) {
             TableEntry::Vacant(vacant) => {
-                let token = shard::take_token(&mut map.next_token, index, shards);
+                // The uncontended case: the lead lives inline in the table, nothing allocated.
+                let token = shard::take_token(&mut map.next_token, index, inner.shards.len());
                 vacant.insert(Entry {
                     hash,
                     key,
@@ -239,46 +233,76 @@ where
                     flight: None,
                 });
                 map.counts.record(Event::Led);
-                Entered::Lead(lead_id(token, token))
+                Entered::Lead(LeadId {
+                    shard: index,
+                    hash,
+                    id: token,
+                    token,
+                })
             }
-            TableEntry::Occupied(mut occupied) => {
-                let entry = occupied.get_mut();
-                let id = entry.id;
-                let Some(flight) = &entry.flight else {
-                    // Lone: take it over, or become its first follower.
-                    if inner.takeover_due(entry.since) {
-                        let token = shard::take_token(&mut map.next_token, index, shards);
-                        entry.token = token;
-                        entry.since = inner.stamp();
-                        map.counts.record(Event::Superseded);
-                        return Entered::Lead(lead_id(id, token));
-                    }
-                    let (flight, slot) = entry.share(index, true);
-                    map.counts.record(Event::Joined);
-                    return Entered::Follow(Wait::new(self.clone(), flight, slot, key));
-                };
-                let mut state = flight.state.lock();
-                let Phase::Open(lead) = &mut state.phase else {
-                    unreachable!("a flight in the table is open");
-                };
-                if inner.takeover_due(lead.since) {
-                    let token = shard::take_token(&mut map.next_token, index, shards);
-                    *lead = Lead {
-                        token,
-                        since: inner.stamp(),
-                        promoted: None,
-                    };
-                    drop(state);
-                    map.counts.record(Event::Superseded);
-                    return Entered::Lead(lead_id(id, token));
-                }
-                let slot = state.waiters.push(true, None);
-                drop(state);
-                let flight = Arc::clone(flight);
-                map.counts.record(Event::Joined);
-                Entered::Follow(Wait::new(self.clone(), flight, slot, key))
-            }
+            TableEntry::Occupied(mut occupied) => self.enter_occupied(
+                occupied.get_mut(),
+                &mut map.next_token,
+                &mut map.counts,
+                index,
+                key,
+            ),
         }
+    }
+
+    /// [`enter`](Group::enter) for a key somebody leads already: take it over if the lead is
+    /// too old, else queue as a follower (upgrading a lone entry to a shared flight). Out of
+    /// line so that the uncontended path stays small.
+    #[cold]
+    #[inline(never)]
+    fn enter_occupied(
+        &self,
+        entry: &mut Entry<K, V, E>,
+        next_token: &mut u64,
+        counts: &mut Counts,
+        index: usize,
+        key: K,
+    ) -> Entered<K, V, E> {
+        let inner = &*self.inner;
+        let lead_id = |token| LeadId {
+            shard: index,
+            hash: entry.hash,
+            id: entry.id,
+            token,
+        };
+        let Some(flight) = &entry.flight else {
+            // Lone: take it over, or become its first follower.
+            if inner.takeover_due(entry.since) {
+                let token = shard::take_token(next_token, index, inner.shards.len());
+                entry.token = token;
+                entry.since = inner.stamp();
+                counts.record(Event::Superseded);
+                return Entered::Lead(lead_id(token));
+            }
+            let (flight, slot) = entry.share(index, true);
+            counts.record(Event::Joined);
+            return Entered::Follow(Wait::new(self.clone(), flight, slot, key));
+        };
+        let mut state = flight.state.lock();
+        let Phase::Open(lead) = &mut state.phase else {
+            unreachable!("a flight in the table is open");
+        };
+        if inner.takeover_due(lead.since) {
+            let token = shard::take_token(next_token, index, inner.shards.len());
+            *lead = Lead {
+                token,
+                since: inner.stamp(),
+                promoted: None,
+            };
+            drop(state);
+            counts.record(Event::Superseded);
+            return Entered::Lead(lead_id(token));
+        }
+        let slot = state.waiters.push(true, None);
+        drop(state);
+        let flight = Arc::clone(flight);
+        counts.record(Event::Joined);
+        Entered::Follow(Wait::new(self.clone(), flight, slot, key))
     }
 }
 

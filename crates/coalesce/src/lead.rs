@@ -16,8 +16,9 @@ use crate::ErrorPolicy;
 use crate::FlightError;
 use crate::flight::{Flight, Phase, Wake};
 use crate::group::Inner;
+use crate::shard::ShardMap;
 use crate::stats::Event;
-use crate::sync::Arc;
+use crate::sync::{Arc, MutexGuard};
 
 /// Which lead of which entry: the identity every lead transition goes by.
 #[derive(Debug, Clone, Copy)]
@@ -65,27 +66,39 @@ impl<K: Hash + Eq, V: Clone, E> Inner<K, V, E> {
         lead: LeadId,
         result: Result<V, E>,
     ) -> Result<V, FlightError<E>> {
-        let result = result.map_err(StdArc::new);
         let mut map = self.shards[lead.shard].map.lock();
-        let Some(entry) = map.find_mut(lead.hash, lead.id) else {
-            // Superseded, and the newer lead has already ended the entry.
-            drop(map);
-            return Own::Kept(result).into_result();
-        };
-        let flight = match &entry.get().flight {
-            Some(flight) => Arc::clone(flight),
-            None if entry.get().token != lead.token => {
-                drop(map);
-                return Own::Kept(result).into_result();
-            }
-            None => {
-                // Lone and current: nobody waits, so there is nothing to publish.
+        if let Some(entry) = map.find_mut(lead.hash, lead.id)
+            && entry.get().flight.is_none()
+        {
+            // Lone: nobody waits, so there is nothing to publish. (If the token differs, the
+            // lead was taken over and this late finish changes nothing.)
+            if entry.get().token == lead.token {
                 let (removed, _) = entry.remove();
                 if result.is_err() {
                     map.counts.record(Event::Failed);
                 }
                 drop(map);
                 drop(removed); // the key's drop is user code: never under the lock
+            }
+            return result.map_err(|error| FlightError::Failed(StdArc::new(error)));
+        }
+        self.finish_shared(map, lead, result)
+    }
+
+    /// [`finish_lead`](Inner::finish_lead) for a lead whose entry is shared, or gone.
+    #[inline(never)]
+    fn finish_shared(
+        &self,
+        map: MutexGuard<'_, ShardMap<K, V, E>>,
+        lead: LeadId,
+        result: Result<V, E>,
+    ) -> Result<V, FlightError<E>> {
+        let result = result.map_err(StdArc::new);
+        let flight = match map.find(lead.hash, lead.id) {
+            Some(flight) => Arc::clone(flight),
+            None => {
+                // Superseded, and the newer lead has already ended the entry.
+                drop(map);
                 return Own::Kept(result).into_result();
             }
         };

@@ -73,6 +73,7 @@ impl<K, V, E> Shard<K, V, E> {
 
 impl<K, V, E> ShardMap<K, V, E> {
     /// The entry with identity `id`, whether visible to callers or forgotten.
+    #[inline]
     pub(crate) fn find_mut(
         &mut self,
         hash: u64,
@@ -83,6 +84,16 @@ impl<K, V, E> ShardMap<K, V, E> {
             Err(_) if self.forgotten.is_empty() => None,
             Err(_) => self.forgotten.find_entry(hash, |e| e.id == id).ok(),
         }
+    }
+
+    /// The shared flight of the entry with identity `id` (`None`: no such entry, or lone).
+    pub(crate) fn find(&self, hash: u64, id: u64) -> Option<&Arc<Flight<V, E>>> {
+        let entry = match self.entries.find(hash, |e| e.id == id) {
+            Some(entry) => entry,
+            None if self.forgotten.is_empty() => return None,
+            None => self.forgotten.find(hash, |e| e.id == id)?,
+        };
+        entry.flight.as_ref()
     }
 
     /// Detaches the entry `is_key` matches, if any. Returns whether there was one.
