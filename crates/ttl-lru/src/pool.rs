@@ -42,6 +42,14 @@ impl EvictionPool {
         if self.capacity == 0 {
             return;
         }
+        // Most samples are worse than every pooled candidate once the pool is full: reject them
+        // before the scan. (If this hash is pooled under an older, better rank, that stale rank
+        // stays; `choose_victim` re-ranks a candidate before evicting it.)
+        if self.entries.len() == self.capacity
+            && self.entries.last().is_some_and(|worst| worst.rank <= c.rank)
+        {
+            return;
+        }
         if let Some(pos) = self.entries.iter().position(|e| e.hash == c.hash) {
             self.entries.remove(pos);
         } else if self.entries.len() == self.capacity {
