@@ -224,13 +224,20 @@ where
             TableEntry::Vacant(vacant) => {
                 // The uncontended case: the lead lives inline in the table, nothing allocated.
                 let token = shard::take_token(&mut map.next_token, index, inner.shards.len());
+                // A lead that may be taken over needs its start time: kept in a flight.
+                let flight = inner.config.takeover_after.map(|_| {
+                    let lead = Lead {
+                        token,
+                        since: inner.stamp(),
+                        promoted: None,
+                    };
+                    Arc::new(Flight::new(hash, index, token, FlightState::open(lead)))
+                });
                 vacant.insert(Entry {
                     hash,
                     key,
                     id: token,
-                    token,
-                    since: inner.stamp(),
-                    flight: None,
+                    flight,
                 });
                 map.counts.record(Event::Led);
                 Entered::Lead(LeadId {
@@ -271,14 +278,7 @@ where
             token,
         };
         let Some(flight) = &entry.flight else {
-            // Lone: take it over, or become its first follower.
-            if inner.takeover_due(entry.since) {
-                let token = shard::take_token(next_token, index, inner.shards.len());
-                entry.token = token;
-                entry.since = inner.stamp();
-                counts.record(Event::Superseded);
-                return Entered::Lead(lead_id(token));
-            }
+            // Lone (so no takeover is configured): become its first follower.
             let (flight, slot) = entry.share(index, true);
             counts.record(Event::Joined);
             return Entered::Follow(Wait::new(self.clone(), flight, slot, key));
