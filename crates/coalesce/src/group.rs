@@ -410,3 +410,48 @@ impl<K: Hash + Eq, V, E> Locked<'_, K, V, E> {
         }
     }
 }
+
+#[cfg(all(test, not(herd_loom)))]
+mod tests {
+    use std::pin::pin;
+
+    use futures::FutureExt;
+
+    use super::*;
+
+    fn forgotten(group: &Group<u32, u32>) -> usize {
+        let shards = group.inner.shards.iter();
+        shards.map(|s| s.map.lock().forgotten_len()).sum()
+    }
+
+    #[test]
+    fn forgotten_entries_leave_the_side_table_when_their_flights_end() {
+        let group: Group<u32, u32> = Group::builder().shards(1).build();
+        // Lone: its leader's finish removes it.
+        let Some(Joined::Leader(lone)) = group.join(1).now_or_never() else {
+            panic!("leads")
+        };
+        assert!(group.forget(&1));
+        assert_eq!((group.in_flight(), forgotten(&group)), (0, 1));
+        assert!(
+            lone.is_current(),
+            "a forgotten lead is still its flight's lead"
+        );
+        assert_eq!(lone.finish(Ok(1)), Ok(1));
+        assert_eq!(forgotten(&group), 0);
+        // Shared: the leader is dropped, the promoted follower finds it there and ends it.
+        let Some(Joined::Leader(leader)) = group.join(2).now_or_never() else {
+            panic!("leads")
+        };
+        let mut follower = pin!(group.join(2));
+        assert!(follower.as_mut().now_or_never().is_none());
+        assert_eq!(group.forget_all(), 1);
+        drop(leader);
+        let Some(Joined::Leader(promoted)) = follower.as_mut().now_or_never() else {
+            panic!("the follower is handed the lead")
+        };
+        assert_eq!(forgotten(&group), 1);
+        assert_eq!(promoted.finish(Ok(3)), Ok(3));
+        assert_eq!((group.in_flight(), forgotten(&group)), (0, 0));
+    }
+}

@@ -117,6 +117,12 @@ impl<K, V, E> ShardMap<K, V, E> {
         }
     }
 
+    /// How many forgotten entries are still open.
+    #[cfg(test)]
+    pub(crate) fn forgotten_len(&self) -> usize {
+        self.forgotten.len()
+    }
+
     /// Detaches every entry. Returns how many there were.
     pub(crate) fn forget_all(&mut self) -> usize {
         let n = self.entries.len();

@@ -174,3 +174,90 @@ fn map_is_empty_after_all_flights_end() {
         assert_eq!(group.in_flight(), 0);
     });
 }
+
+/// The first follower upgrades a lone entry to a shared flight while the leader finishes:
+/// the follower either joined in time (gets the value) or arrived after the end (leads).
+#[test]
+fn lone_to_shared_upgrade_racing_finish() {
+    loom::model(|| {
+        let group = group();
+        let leader = lead(&group, 1);
+        let g = group.clone();
+        let first = thread::spawn(move || settle(block_on(g.join(1)), 2));
+        let g = group.clone();
+        let second = thread::spawn(move || settle(block_on(g.join(1)), 3));
+        leader.finish(Ok(1)).unwrap();
+        let (a, b) = (first.join().unwrap(), second.join().unwrap());
+        // A follower got the first leader's value, or that of the other caller if it led a
+        // fresh flight after the first one ended.
+        for ((value, led), other) in [(a, b), (b, a)] {
+            if !led {
+                assert!(
+                    value == 1 || (other.1 && value == other.0),
+                    "follower saw {value}"
+                );
+            }
+        }
+        assert_eq!(group.in_flight(), 0);
+    });
+}
+
+/// The first follower upgrades a lone entry while the leader is dropped: the follower is
+/// either promoted (the upgrade came first) or leads a fresh entry; never hangs.
+#[test]
+fn lone_to_shared_upgrade_racing_leader_drop() {
+    loom::model(|| {
+        let group = group();
+        let leader = lead(&group, 1);
+        let g = group.clone();
+        let joiner = thread::spawn(move || settle(block_on(g.join(1)), 2));
+        drop(leader);
+        assert_eq!(joiner.join().unwrap(), (2, true));
+        assert_eq!(group.in_flight(), 0);
+        assert_eq!(group.stats().abandoned, 1);
+    });
+}
+
+/// `forget` detaches a shared flight (followers waiting): its leader still publishes to them,
+/// racing a newer caller that leads a fresh flight for the same key.
+#[test]
+fn forgotten_shared_flight_still_publishes_to_its_followers() {
+    loom::model(|| {
+        let group = group();
+        let old = lead(&group, 1);
+        let on_old = queued_follower(&group, 1);
+        assert!(group.forget(&1));
+        assert_eq!(group.in_flight(), 0, "a forgotten flight is not in flight");
+        let waiter = thread::spawn(move || settle(block_on(on_old), 0));
+        let g = group.clone();
+        let newer = thread::spawn(move || block_on(g.run(1, || async { Ok(9) })).unwrap());
+        old.finish(Ok(5)).unwrap();
+        assert_eq!(waiter.join().unwrap(), (5, false));
+        assert_eq!(
+            newer.join().unwrap(),
+            9,
+            "a caller after forget leads afresh"
+        );
+        assert_eq!(group.in_flight(), 0);
+    });
+}
+
+/// The leader of a forgotten shared flight is dropped: its follower, found in the side table,
+/// is promoted and finishes, racing a newer caller's fresh flight.
+#[test]
+fn forgotten_shared_flight_hands_its_lead_on() {
+    loom::model(|| {
+        let group = group();
+        let old = lead(&group, 1);
+        let on_old = queued_follower(&group, 1);
+        assert!(group.forget(&1));
+        let waiter = thread::spawn(move || settle(block_on(on_old), 4));
+        let g = group.clone();
+        let newer = thread::spawn(move || block_on(g.run(1, || async { Ok(9) })).unwrap());
+        drop(old);
+        assert_eq!(waiter.join().unwrap(), (4, true));
+        assert_eq!(newer.join().unwrap(), 9);
+        assert_eq!(group.in_flight(), 0);
+        assert_eq!(group.stats().took_over, 1);
+    });
+}
