@@ -15,7 +15,24 @@ use benches::stores::{Store, all_stores};
 use benches::zipf::{Zipf, scatter};
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 
-const HIT_ENTRIES: usize = 100_000;
+/// Entries for the get-hit group: 100K as the issue asks; `HERD_HIT_ENTRIES` changes it, to show
+/// how much of a hit is the memory hierarchy (a small table stays in the CPU caches).
+fn hit_entries() -> usize {
+    std::env::var("HERD_HIT_ENTRIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > BATCH)
+        .unwrap_or(100_000)
+}
+
+/// `100000` -> `100K`, `1000000` -> `1M`.
+fn count_label(n: usize) -> String {
+    match n {
+        n if n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n % 1_000 == 0 => format!("{}K", n / 1_000),
+        n => n.to_string(),
+    }
+}
 const BATCH: usize = 1_024;
 
 fn prefill(store: &dyn Store, keys: impl Iterator<Item = u64>) {
@@ -27,14 +44,15 @@ fn prefill(store: &dyn Store, keys: impl Iterator<Item = u64>) {
 }
 
 fn get_hit(c: &mut Criterion) {
-    let mut group = c.benchmark_group("get_hit/100K");
+    let entries = hit_entries();
+    let mut group = c.benchmark_group(format!("get_hit/{}", count_label(entries)));
     group.throughput(Throughput::Elements(BATCH as u64));
-    let keys: Vec<u64> = (0..HIT_ENTRIES as u64).map(scatter).collect();
+    let keys: Vec<u64> = (0..entries as u64).map(scatter).collect();
     // Visit the keys in a scattered order so consecutive gets touch unrelated memory.
-    let order: Vec<u64> = (0..HIT_ENTRIES as u64)
-        .map(|i| keys[(scatter(i) % HIT_ENTRIES as u64) as usize])
+    let order: Vec<u64> = (0..entries as u64)
+        .map(|i| keys[(scatter(i) % entries as u64) as usize])
         .collect();
-    for store in all_stores(HIT_ENTRIES) {
+    for store in all_stores(entries) {
         prefill(store.as_ref(), keys.iter().copied());
         let hits = store.get_all(&order);
         if hits < order.len() as u64 * 9 / 10 {
@@ -48,7 +66,7 @@ fn get_hit(c: &mut Criterion) {
         group.bench_function(store.name(), |b| {
             b.iter(|| {
                 let batch = &order[at..at + BATCH];
-                at = (at + BATCH) % (HIT_ENTRIES - BATCH);
+                at = (at + BATCH) % (entries - BATCH);
                 black_box(store.get_all(batch))
             })
         });
