@@ -152,7 +152,7 @@ where
         match self.enter(key) {
             Entered::Lead(lead) => {
                 // Borrows the group rather than cloning its `Arc`: this future borrows it anyway.
-                let guard = LeadGuard::new(&self.inner, lead);
+                let mut guard = LeadGuard::new(&self.inner, lead);
                 let result = fill().await;
                 guard.finish(result)
             }

@@ -63,7 +63,7 @@ impl<K: Hash + Eq, V: Clone, E> Inner<K, V, E> {
     /// [`Leader::finish`](crate::Leader::finish) documents. Returns the caller's own outcome.
     pub(crate) fn finish_lead(
         &self,
-        lead: LeadId,
+        lead: &LeadId,
         result: Result<V, E>,
     ) -> Result<V, FlightError<E>> {
         // Declared before the guard, so it is dropped after the unlock: the entry owns the
@@ -94,7 +94,7 @@ impl<K: Hash + Eq, V: Clone, E> Inner<K, V, E> {
     fn finish_shared(
         &self,
         map: MutexGuard<'_, ShardMap<K, V, E>>,
-        lead: LeadId,
+        lead: &LeadId,
         result: Result<V, E>,
     ) -> Result<V, FlightError<E>> {
         let result = result.map_err(StdArc::new);
@@ -140,7 +140,7 @@ impl<K: Hash + Eq, V: Clone, E> Inner<K, V, E> {
 impl<K: Hash + Eq, V, E> Inner<K, V, E> {
     /// `lead` was dropped unfinished: a lone entry is released, a shared flight is handed to
     /// its oldest follower able to lead (or ends as abandoned).
-    pub(crate) fn abandon_lead(&self, lead: LeadId) {
+    pub(crate) fn abandon_lead(&self, lead: &LeadId) {
         let mut map = self.shards[lead.shard].map.lock();
         map.counts.record(Event::Abandoned);
         let Some(entry) = map.find_mut(lead.hash, lead.id) else {
@@ -166,7 +166,7 @@ impl<K: Hash + Eq, V, E> Inner<K, V, E> {
     }
 
     /// Whether `lead` is still its entry's current lead.
-    pub(crate) fn lead_is_current(&self, lead: LeadId) -> bool {
+    pub(crate) fn lead_is_current(&self, lead: &LeadId) -> bool {
         let mut map = self.shards[lead.shard].map.lock();
         let Some(entry) = map.find_mut(lead.hash, lead.id) else {
             return false;
@@ -181,7 +181,7 @@ impl<K: Hash + Eq, V, E> Inner<K, V, E> {
     /// Queues a follower that cannot lead on `lead`'s flight (upgrading a lone entry). `None`
     /// if `lead` is no longer current.
     #[cfg(feature = "tokio")]
-    pub(crate) fn subscribe_lead(&self, lead: LeadId) -> Option<(Arc<Flight<V, E>>, usize)> {
+    pub(crate) fn subscribe_lead(&self, lead: &LeadId) -> Option<(Arc<Flight<V, E>>, usize)> {
         let mut map = self.shards[lead.shard].map.lock();
         let mut entry = map.find_mut(lead.hash, lead.id)?;
         let entry = entry.get_mut();
@@ -221,9 +221,11 @@ impl<'a, K: Hash + Eq, V, E> LeadGuard<'a, K, V, E> {
 }
 
 impl<K: Hash + Eq, V: Clone, E> LeadGuard<'_, K, V, E> {
-    /// As [`Leader::finish`](crate::Leader::finish).
-    pub(crate) fn finish(mut self, result: Result<V, E>) -> Result<V, FlightError<E>> {
-        let outcome = self.inner.finish_lead(self.lead, result);
+    /// As [`Leader::finish`](crate::Leader::finish); the guard is spent afterwards (its `Drop`
+    /// does nothing). By reference, not by value: moving the guard out of the `run` future
+    /// reloaded it with loads straddling the stores that wrote it (a store-forwarding stall).
+    pub(crate) fn finish(&mut self, result: Result<V, E>) -> Result<V, FlightError<E>> {
+        let outcome = self.inner.finish_lead(&self.lead, result);
         // Settled; only now may `Drop` stand down (had `finish_lead` panicked, `Drop` would
         // have handed the lead on).
         self.finished = true;
@@ -234,7 +236,7 @@ impl<K: Hash + Eq, V: Clone, E> LeadGuard<'_, K, V, E> {
 impl<K: Hash + Eq, V, E> Drop for LeadGuard<'_, K, V, E> {
     fn drop(&mut self) {
         if !self.finished {
-            self.inner.abandon_lead(self.lead);
+            self.inner.abandon_lead(&self.lead);
         }
     }
 }

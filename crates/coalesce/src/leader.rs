@@ -65,7 +65,7 @@ impl<K: Hash + Eq, V, E> Leader<K, V, E> {
     /// Whether this is still the flight's current leader: false once a newer leader took over
     /// (after `takeover_after`), in which case [`finish`](Leader::finish) publishes nothing.
     pub fn is_current(&self) -> bool {
-        self.group.inner.lead_is_current(self.lead)
+        self.group.inner.lead_is_current(&self.lead)
     }
 }
 
@@ -78,7 +78,7 @@ impl<K: Hash + Eq, V: Clone, E> Leader<K, V, E> {
     /// still get the error if nobody can). A stale leader (superseded after `takeover_after`)
     /// publishes nothing; it still gets its own result back.
     pub fn finish(mut self, result: Result<V, E>) -> Result<V, FlightError<E>> {
-        let outcome = self.group.inner.finish_lead(self.lead, result);
+        let outcome = self.group.inner.finish_lead(&self.lead, result);
         // The flight is settled; only now may `Drop` stand down (had `finish_lead` panicked,
         // `Drop` would have handed the flight on).
         self.finished = true;
@@ -95,7 +95,7 @@ impl<K: Hash + Eq, V: Clone, E> Leader<K, V, E> {
     {
         // Cloned before any lock (user code); this follower never leads, so never uses it.
         let key = self.key.clone();
-        let (flight, slot) = self.group.inner.subscribe_lead(self.lead)?;
+        let (flight, slot) = self.group.inner.subscribe_lead(&self.lead)?;
         Some(Wait::new(self.group.clone(), flight, slot, key))
     }
 }
@@ -103,7 +103,7 @@ impl<K: Hash + Eq, V: Clone, E> Leader<K, V, E> {
 impl<K: Hash + Eq, V, E> Drop for Leader<K, V, E> {
     fn drop(&mut self) {
         if !self.finished {
-            self.group.inner.abandon_lead(self.lead);
+            self.group.inner.abandon_lead(&self.lead);
         }
     }
 }
