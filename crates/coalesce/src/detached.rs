@@ -42,7 +42,7 @@ where
             return leader.finish(result);
         };
         // Subscribe before spawning, so the result cannot be published before we listen.
-        let Some(wait) = leader.subscribe() else {
+        let Some(wait) = leader.subscribe(self) else {
             // Superseded already (takeover): our fill would publish nothing, so run it here
             // and return its result to this caller alone.
             let result = make_fut().await;

@@ -40,11 +40,11 @@ pub(crate) struct Inner<K, V, E> {
 }
 
 /// What a caller became on entering a key.
-pub(crate) enum Entered<K: Hash + Eq, V, E> {
+pub(crate) enum Entered<'g, K: Hash + Eq, V, E> {
     /// It leads; the key now lives in the shard's table.
     Lead(LeadId),
     /// It follows; the key went into the wait (a follower may yet be handed the lead).
-    Follow(Wait<K, V, E>),
+    Follow(Wait<'g, K, V, E>),
 }
 
 impl<K, V, E> Clone for Group<K, V, E> {
@@ -181,11 +181,8 @@ where
         // The table keeps the key it is given; the `Leader` needs its own (cloned here, before
         // any lock: `K::clone` is user code).
         let kept = key.clone();
-        // Cloned before the shard lock, not after it: an atomic increment between the unlock
-        // and the stores of the returned `Leader` measurably slowed the uncontended path.
-        let group = self.clone();
         match self.enter(key) {
-            Entered::Lead(lead) => Joined::Leader(Leader::new(group, kept, lead)),
+            Entered::Lead(lead) => Joined::Leader(Leader::new(self.clone(), kept, lead)),
             Entered::Follow(wait) => self.wait_with_timeout(wait).await,
         }
     }
@@ -199,7 +196,7 @@ where
         map.forget(hash, |e| e.key == *key)
     }
 
-    pub(crate) async fn wait_with_timeout(&self, wait: Wait<K, V, E>) -> Joined<K, V, E> {
+    pub(crate) async fn wait_with_timeout(&self, wait: Wait<'_, K, V, E>) -> Joined<K, V, E> {
         match self.inner.config.wait_timeout {
             None => wait.await,
             Some(limit) => {
@@ -217,7 +214,7 @@ where
 
     /// Leads `key` if nobody does (or the current leader is older than `takeover_after`),
     /// otherwise queues as a follower. Never waits.
-    pub(crate) fn enter(&self, key: K) -> Entered<K, V, E> {
+    pub(crate) fn enter(&self, key: K) -> Entered<'_, K, V, E> {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
         let index = inner.shard_index(hash);
@@ -272,7 +269,7 @@ where
         counts: &mut Counts,
         index: usize,
         key: K,
-    ) -> Entered<K, V, E> {
+    ) -> Entered<'_, K, V, E> {
         let inner = &*self.inner;
         let lead_id = |token| LeadId {
             shard: index,
@@ -284,7 +281,7 @@ where
             // Lone (so no takeover is configured): become its first follower.
             let (flight, slot) = entry.share(index, true);
             counts.record(Event::Joined);
-            return Entered::Follow(Wait::new(self.clone(), flight, slot, key));
+            return Entered::Follow(Wait::new(self, flight, slot, key));
         };
         let mut state = flight.state.lock();
         let Phase::Open(lead) = &mut state.phase else {
@@ -305,7 +302,7 @@ where
         drop(state);
         let flight = Arc::clone(flight);
         counts.record(Event::Joined);
-        Entered::Follow(Wait::new(self.clone(), flight, slot, key))
+        Entered::Follow(Wait::new(self, flight, slot, key))
     }
 }
 

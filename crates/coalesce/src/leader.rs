@@ -86,17 +86,19 @@ impl<K: Hash + Eq, V: Clone, E> Leader<K, V, E> {
     }
 
     /// Registers the leader's own caller as a follower that cannot lead, before the fill moves
-    /// to another task: the caller then waits for the result like any follower. `None` if this
+    /// to another task: the caller then waits for the result like any follower, borrowing
+    /// `group` (this leader's own group: the leader itself moves to the task). `None` if this
     /// lead was superseded meanwhile (the flight may even have ended already).
     #[cfg(feature = "tokio")]
-    pub(crate) fn subscribe(&self) -> Option<Wait<K, V, E>>
+    pub(crate) fn subscribe<'g>(&self, group: &'g Group<K, V, E>) -> Option<Wait<'g, K, V, E>>
     where
         K: Clone,
     {
+        debug_assert!(crate::sync::Arc::ptr_eq(&group.inner, &self.group.inner));
         // Cloned before any lock (user code); this follower never leads, so never uses it.
         let key = self.key.clone();
         let (flight, slot) = self.group.inner.subscribe_lead(&self.lead)?;
-        Some(Wait::new(self.group.clone(), flight, slot, key))
+        Some(Wait::new(group, flight, slot, key))
     }
 }
 

@@ -17,8 +17,10 @@ use crate::{FlightError, Joined};
 ///
 /// Dropping it before it resolves removes the follower from the queue; a lead handed to it but
 /// not yet taken passes to the next follower (the hand-off is never lost).
-pub(crate) struct Wait<K: Hash + Eq, V, E> {
-    group: Group<K, V, E>,
+pub(crate) struct Wait<'g, K: Hash + Eq, V, E> {
+    /// Borrowed (the `join`/`run` future that awaits this borrows the group anyway): cloned
+    /// only if this follower is handed the lead and becomes a [`Leader`].
+    group: &'g Group<K, V, E>,
     flight: Arc<Flight<V, E>>,
     slot: usize,
     /// The caller's key, for the [`Leader`] it becomes if handed the lead (taken then).
@@ -28,11 +30,11 @@ pub(crate) struct Wait<K: Hash + Eq, V, E> {
 }
 
 // Nothing is ever pinned through a `Wait`: the key is only moved out by value.
-impl<K: Hash + Eq, V, E> Unpin for Wait<K, V, E> {}
+impl<K: Hash + Eq, V, E> Unpin for Wait<'_, K, V, E> {}
 
-impl<K: Hash + Eq, V, E> Wait<K, V, E> {
+impl<'g, K: Hash + Eq, V, E> Wait<'g, K, V, E> {
     pub(crate) fn new(
-        group: Group<K, V, E>,
+        group: &'g Group<K, V, E>,
         flight: Arc<Flight<V, E>>,
         slot: usize,
         key: K,
@@ -51,7 +53,7 @@ impl<K: Hash + Eq, V, E> Wait<K, V, E> {
     }
 }
 
-impl<K: Hash + Eq, V: Clone, E> Future for Wait<K, V, E> {
+impl<K: Hash + Eq, V: Clone, E> Future for Wait<'_, K, V, E> {
     type Output = Joined<K, V, E>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -98,7 +100,7 @@ enum Seen<V, E> {
     Lead(u64),
 }
 
-impl<K: Hash + Eq, V, E> Drop for Wait<K, V, E> {
+impl<K: Hash + Eq, V, E> Drop for Wait<'_, K, V, E> {
     fn drop(&mut self) {
         if self.resolved {
             return;
