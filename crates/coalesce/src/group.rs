@@ -40,9 +40,9 @@ pub(crate) struct Inner<K, V, E> {
 }
 
 /// What a caller became on entering a key.
-pub(crate) enum Entered<'g, K: Hash + Eq, V, E> {
-    /// It leads; the key now lives in the shard's table.
-    Lead(LeadId),
+pub(crate) enum Entered<'g, L, K: Hash + Eq, V, E> {
+    /// It leads (made from its `LeadId`); the key now lives in the shard's table.
+    Lead(L),
     /// It follows; the key went into the wait (a follower may yet be handed the lead).
     Follow(Wait<'g, K, V, E>),
 }
@@ -149,7 +149,7 @@ where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<V, E>>,
     {
-        match self.enter(key) {
+        match self.enter(key, |lead| lead) {
             Entered::Lead(lead) => {
                 // Borrows the group rather than cloning its `Arc`: this future borrows it anyway.
                 let mut guard = LeadGuard::new(&self.inner, lead);
@@ -180,9 +180,16 @@ where
     pub async fn join(&self, key: K) -> Joined<K, V, E> {
         // The table keeps the key it is given; the `Leader` needs its own (cloned here, before
         // any lock: `K::clone` is user code).
-        let kept = key.clone();
-        match self.enter(key) {
-            Entered::Lead(lead) => Joined::Leader(Leader::new(self.clone(), kept, lead)),
+        let mut kept = Some(key.clone());
+        // The answer is built under the shard lock, so its stores precede the unlock (see
+        // `lead.rs` on store forwarding). Nothing in it is user code, and the closure only
+        // borrows `kept`: unused (this caller follows), the key is dropped here, unlocked.
+        let lead = |lead| {
+            let key = kept.take().expect("a lead is made once");
+            Joined::Leader(Leader::new(self.clone(), key, lead))
+        };
+        match self.enter(key, lead) {
+            Entered::Lead(joined) => joined,
             Entered::Follow(wait) => self.wait_with_timeout(wait).await,
         }
     }
@@ -214,7 +221,11 @@ where
 
     /// Leads `key` if nobody does (or the current leader is older than `takeover_after`),
     /// otherwise queues as a follower. Never waits.
-    pub(crate) fn enter(&self, key: K) -> Entered<'_, K, V, E> {
+    pub(crate) fn enter<L>(
+        &self,
+        key: K,
+        lead: impl FnOnce(LeadId) -> L,
+    ) -> Entered<'_, L, K, V, E> {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
         let index = inner.shard_index(hash);
@@ -240,12 +251,12 @@ where
                     flight,
                 });
                 map.counts.record(Event::Led);
-                Entered::Lead(LeadId {
+                Entered::Lead(lead(LeadId {
                     shard: index,
                     hash,
                     id: token,
                     token,
-                })
+                }))
             }
             TableEntry::Occupied(mut occupied) => self.enter_occupied(
                 occupied.get_mut(),
@@ -253,6 +264,7 @@ where
                 &mut map.counts,
                 index,
                 key,
+                lead,
             ),
         }
     }
@@ -262,20 +274,23 @@ where
     /// line so that the uncontended path stays small.
     #[cold]
     #[inline(never)]
-    fn enter_occupied(
+    fn enter_occupied<L>(
         &self,
         entry: &mut Entry<K, V, E>,
         next_token: &mut u64,
         counts: &mut Counts,
         index: usize,
         key: K,
-    ) -> Entered<'_, K, V, E> {
+        lead: impl FnOnce(LeadId) -> L,
+    ) -> Entered<'_, L, K, V, E> {
         let inner = &*self.inner;
-        let lead_id = |token| LeadId {
-            shard: index,
-            hash: entry.hash,
-            id: entry.id,
-            token,
+        let lead_id = |token| {
+            lead(LeadId {
+                shard: index,
+                hash: entry.hash,
+                id: entry.id,
+                token,
+            })
         };
         let Some(flight) = &entry.flight else {
             // Lone (so no takeover is configured): become its first follower.
