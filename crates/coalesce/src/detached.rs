@@ -1,7 +1,8 @@
 //! [`Group::run_detached`]: fills that survive the caller that started them.
 //!
 //! A proxy whose client disconnects should still finish filling the cache for the next client.
-//! Here the fill runs on a spawned tokio task that owns the [`Leader`](crate::Leader) guard, and
+//! Here the fill runs on a spawned tokio task that owns the lead (an
+//! [`OwnedLeader`](crate::OwnedLeader), made from the borrowed [`Leader`](crate::Leader)), and
 //! the caller waits for the result like any follower.
 
 use std::future::Future;
@@ -41,6 +42,8 @@ where
             let result = make_fut().await;
             return leader.finish(result);
         };
+        // The lead moves to the task, so it must own its group.
+        let leader = leader.into_owned();
         // Subscribe before spawning, so the result cannot be published before we listen.
         let Some(wait) = leader.subscribe(self) else {
             // Superseded already (takeover): our fill would publish nothing, so run it here

@@ -289,12 +289,12 @@ impl Drop for HeldLease {
 /// The local lead and the lease, in one value so that dropping it releases the lease (field
 /// order: `held` drops first, registering the pending release) before the lead is handed to a
 /// local follower, whose own attempt then waits for that release.
-struct Lead<K: Hash + Eq, V, E> {
+struct Lead<'g, K: Hash + Eq, V, E> {
     held: Option<HeldLease>,
-    leader: Leader<K, V, E>,
+    leader: Leader<'g, K, V, E>,
 }
 
-impl<K: Hash + Eq, V: Clone, E> Lead<K, V, E> {
+impl<K: Hash + Eq, V: Clone, E> Lead<'_, K, V, E> {
     fn finish(self, result: Result<V, E>) -> Result<V, FlightError<E>> {
         let Lead { held, leader } = self;
         drop(held);
@@ -478,7 +478,7 @@ impl Shared {
     /// elsewhere (re-checking); without it (a refresh), stands down at once.
     async fn decide<K, V, E, C, CFut>(
         self: &Arc<Self>,
-        lead: &mut Lead<K, V, E>,
+        lead: &mut Lead<'_, K, V, E>,
         lease_key: &str,
         mut recheck: Option<&mut C>,
     ) -> Step<V>

@@ -152,7 +152,7 @@ where
         match self.enter(key, |lead| lead) {
             Entered::Lead(lead) => {
                 // Borrows the group rather than cloning its `Arc`: this future borrows it anyway.
-                let mut guard = LeadGuard::new(&self.inner, lead);
+                let mut guard = LeadGuard::new(self, lead);
                 let result = fill().await;
                 guard.finish(result)
             }
@@ -177,16 +177,16 @@ where
     /// Dropped while waiting: this caller leaves the queue; a lead handed to it but not yet
     /// taken passes to the next follower. The returned [`Leader`] is a guard: dropping it
     /// without [`Leader::finish`] hands the flight on in the same way.
-    pub async fn join(&self, key: K) -> Joined<K, V, E> {
+    pub async fn join(&self, key: K) -> Joined<'_, K, V, E> {
         // The table keeps the key it is given; the `Leader` needs its own (cloned here, before
-        // any lock: `K::clone` is user code).
+        // any lock: `K::clone` is user code). The `Leader` borrows `self`: no `Arc` traffic.
         let mut kept = Some(key.clone());
         // The answer is built under the shard lock, so its stores precede the unlock (see
         // `lead.rs` on store forwarding). Nothing in it is user code, and the closure only
         // borrows `kept`: unused (this caller follows), the key is dropped here, unlocked.
         let lead = |lead| {
             let key = kept.take().expect("a lead is made once");
-            Joined::Leader(Leader::new(self.clone(), key, lead))
+            Joined::Leader(Leader::new(self, key, lead))
         };
         match self.enter(key, lead) {
             Entered::Lead(joined) => joined,
@@ -203,7 +203,10 @@ where
         map.forget(hash, |e| e.key == *key)
     }
 
-    pub(crate) async fn wait_with_timeout(&self, wait: Wait<'_, K, V, E>) -> Joined<K, V, E> {
+    pub(crate) async fn wait_with_timeout<'g>(
+        &'g self,
+        wait: Wait<'g, K, V, E>,
+    ) -> Joined<'g, K, V, E> {
         match self.inner.config.wait_timeout {
             None => wait.await,
             Some(limit) => {

@@ -1,14 +1,17 @@
-//! [`Leader`]: the guard that owns a key's right to fill, and hands it on if dropped.
+//! The guards that own a key's right to fill and hand it on if dropped: [`Leader`], which
+//! borrows its group (what [`Group::join`] returns), and [`OwnedLeader`], which holds a clone
+//! of it (for a lead that must be `'static`: moved into a spawned task or a long-lived struct).
 //!
-//! It holds its group, its own copy of the key and the lead's identity ([`LeadId`]); what
-//! finishing or dropping it does lives in `lead.rs`, shared with `run`'s borrowed guard.
+//! Both hold their own copy of the key and the lead's identity ([`LeadId`]); what finishing
+//! or dropping a lead does lives in `lead.rs`, shared with `run`'s borrowed guard, which is
+//! the very guard inside a [`Leader`].
 
 use std::fmt;
 use std::hash::Hash;
 
 use crate::FlightError;
 use crate::group::Group;
-use crate::lead::LeadId;
+use crate::lead::{LeadGuard, LeadId};
 #[cfg(feature = "tokio")]
 use crate::wait::Wait;
 
@@ -18,31 +21,109 @@ use crate::wait::Wait;
 /// The leader can do its own work with the value (insert it into a store, say) before
 /// finishing, so followers never wake to a store that has not been written yet.
 ///
+/// It borrows its [`Group`] (no reference count is touched to lead). A lead that must outlive
+/// the borrow (moved into `tokio::spawn`, kept in a `'static` struct) is turned into an
+/// [`OwnedLeader`] with [`into_owned`](Leader::into_owned).
+///
 /// Dropping a `Leader` without finishing (cancellation, a panic, an aborted task) hands the
 /// flight to exactly one waiting follower, oldest first, which becomes the new leader. With
 /// nobody waiting, the key is released.
 #[must_use = "dropping a Leader without `finish` hands the fill to the next follower"]
-pub struct Leader<K: Hash + Eq, V, E> {
+pub struct Leader<'g, K: Hash + Eq, V, E> {
+    guard: LeadGuard<'g, K, V, E>,
+    key: K,
+}
+
+impl<K: Hash + Eq + fmt::Debug, V, E> fmt::Debug for Leader<'_, K, V, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leader")
+            .field("key", &self.key)
+            .field("generation", &self.guard.lead().token)
+            .finish()
+    }
+}
+
+impl<'g, K: Hash + Eq, V, E> Leader<'g, K, V, E> {
+    pub(crate) fn new(group: &'g Group<K, V, E>, key: K, lead: LeadId) -> Self {
+        Self {
+            guard: LeadGuard::new(group, lead),
+            key,
+        }
+    }
+
+    /// The key this leader fills.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// This lead's generation: unique within the group, and strictly greater than the
+    /// generation of every earlier lead of the same key. A store can use it to fence writes.
+    pub fn generation(&self) -> u64 {
+        self.guard.lead().token
+    }
+
+    /// Whether this is still the flight's current leader: false once a newer leader took over
+    /// (after `takeover_after`), in which case [`finish`](Leader::finish) publishes nothing.
+    pub fn is_current(&self) -> bool {
+        self.guard.is_current()
+    }
+
+    /// The same lead, holding a clone of the group instead of borrowing it (one reference
+    /// count increment), so that it can move into a spawned task or a `'static` struct. The
+    /// lead itself moves: nothing is finished or handed on, and the [`OwnedLeader`] has this
+    /// leader's duties (finish it, or its `Drop` hands the flight on).
+    pub fn into_owned(self) -> OwnedLeader<K, V, E> {
+        let Leader { guard, key } = self;
+        let group = guard.group().clone();
+        // The lead now belongs to the `OwnedLeader`: the borrowed guard stands down.
+        let lead = guard.into_lead();
+        OwnedLeader::new(group, key, lead)
+    }
+}
+
+impl<K: Hash + Eq, V: Clone, E> Leader<'_, K, V, E> {
+    /// Publishes `result` to every follower and ends the flight. Returns this caller's own
+    /// outcome (an error as [`FlightError::Failed`], shared with the followers).
+    ///
+    /// Under [`ErrorPolicy::HandOff`](crate::ErrorPolicy::HandOff) an error is not shared: the
+    /// next follower able to lead is handed the flight and retries (followers that cannot lead
+    /// still get the error if nobody can). A stale leader (superseded after `takeover_after`)
+    /// publishes nothing; it still gets its own result back.
+    pub fn finish(self, result: Result<V, E>) -> Result<V, FlightError<E>> {
+        let Leader { mut guard, key } = self;
+        let outcome = guard.finish(result);
+        // The key is user code: dropped after every lock is released (as before the change).
+        drop(key);
+        outcome
+    }
+}
+
+/// A [`Leader`] that owns a clone of its [`Group`] rather than borrowing it, so it is
+/// `'static` whenever `K`, `V` and `E` are: made by [`Leader::into_owned`], for a fill that
+/// moves into a spawned task or is kept in a long-lived struct.
+///
+/// Same duties as a [`Leader`]: call [`finish`](OwnedLeader::finish); dropping it unfinished
+/// (cancellation, a panic, an aborted task) hands the flight to exactly one waiting follower,
+/// oldest first, or releases the key if nobody waits.
+#[must_use = "dropping an OwnedLeader without `finish` hands the fill to the next follower"]
+pub struct OwnedLeader<K: Hash + Eq, V, E> {
     group: Group<K, V, E>,
     key: K,
     lead: LeadId,
     finished: bool,
 }
 
-impl<K: Hash + Eq, V, E> fmt::Debug for Leader<K, V, E>
-where
-    K: fmt::Debug,
-{
+impl<K: Hash + Eq + fmt::Debug, V, E> fmt::Debug for OwnedLeader<K, V, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Leader")
+        f.debug_struct("OwnedLeader")
             .field("key", &self.key)
             .field("generation", &self.lead.token)
             .finish()
     }
 }
 
-impl<K: Hash + Eq, V, E> Leader<K, V, E> {
-    pub(crate) fn new(group: Group<K, V, E>, key: K, lead: LeadId) -> Self {
+impl<K: Hash + Eq, V, E> OwnedLeader<K, V, E> {
+    fn new(group: Group<K, V, E>, key: K, lead: LeadId) -> Self {
         Self {
             group,
             key,
@@ -56,27 +137,20 @@ impl<K: Hash + Eq, V, E> Leader<K, V, E> {
         &self.key
     }
 
-    /// This lead's generation: unique within the group, and strictly greater than the
-    /// generation of every earlier lead of the same key. A store can use it to fence writes.
+    /// As [`Leader::generation`].
     pub fn generation(&self) -> u64 {
         self.lead.token
     }
 
-    /// Whether this is still the flight's current leader: false once a newer leader took over
-    /// (after `takeover_after`), in which case [`finish`](Leader::finish) publishes nothing.
+    /// As [`Leader::is_current`].
     pub fn is_current(&self) -> bool {
         self.group.inner.lead_is_current(&self.lead)
     }
 }
 
-impl<K: Hash + Eq, V: Clone, E> Leader<K, V, E> {
-    /// Publishes `result` to every follower and ends the flight. Returns this caller's own
-    /// outcome (an error as [`FlightError::Failed`], shared with the followers).
-    ///
-    /// Under [`ErrorPolicy::HandOff`](crate::ErrorPolicy::HandOff) an error is not shared: the
-    /// next follower able to lead is handed the flight and retries (followers that cannot lead
-    /// still get the error if nobody can). A stale leader (superseded after `takeover_after`)
-    /// publishes nothing; it still gets its own result back.
+impl<K: Hash + Eq, V: Clone, E> OwnedLeader<K, V, E> {
+    /// As [`Leader::finish`]: publishes `result` to every follower and ends the flight.
+    /// Returns this caller's own outcome.
     pub fn finish(mut self, result: Result<V, E>) -> Result<V, FlightError<E>> {
         let outcome = self.group.inner.finish_lead(&self.lead, result);
         // The flight is settled; only now may `Drop` stand down (had `finish_lead` panicked,
@@ -102,7 +176,7 @@ impl<K: Hash + Eq, V: Clone, E> Leader<K, V, E> {
     }
 }
 
-impl<K: Hash + Eq, V, E> Drop for Leader<K, V, E> {
+impl<K: Hash + Eq, V, E> Drop for OwnedLeader<K, V, E> {
     fn drop(&mut self) {
         if !self.finished {
             self.group.inner.abandon_lead(&self.lead);

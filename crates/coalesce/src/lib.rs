@@ -13,7 +13,8 @@
 //!
 //! The core types:
 //! - [`Group`]: the sharded map of flights; [`Group::run`] is the one-call API.
-//! - [`Leader`]: the guard of a lead, from [`Group::join`], finished with [`Leader::finish`].
+//! - [`Leader`]: the guard of a lead, from [`Group::join`], finished with [`Leader::finish`];
+//!   it borrows the group, and [`Leader::into_owned`] makes the `'static` [`OwnedLeader`].
 //! - [`FlightError`]: why no value came back (the fill failed, a wait timed out, ...).
 //!
 //! ```
@@ -90,16 +91,17 @@ pub use builder::GroupBuilder;
 pub use distributed::{DistributedBuilder, DistributedGroup, LeaseStats, Refresh, SettingsError};
 pub use error::{ErrorPolicy, FlightError};
 pub use group::Group;
-pub use leader::Leader;
+pub use leader::{Leader, OwnedLeader};
 pub use lease::{Acquire, FillLease, LeaseError, LeaseToken, MemoryLease};
 pub use stats::Stats;
 
 /// What [`Group::join`] produced: the lead, or the outcome of another caller's flight.
 #[derive(Debug)]
 #[must_use = "a Joined::Leader must be finished, or the fill is handed on when it drops"]
-pub enum Joined<K: Hash + Eq, V, E> {
-    /// This caller leads: produce the value and call [`Leader::finish`].
-    Leader(Leader<K, V, E>),
+pub enum Joined<'g, K: Hash + Eq, V, E> {
+    /// This caller leads: produce the value and call [`Leader::finish`]. The leader borrows
+    /// the group; [`Leader::into_owned`] makes one that does not.
+    Leader(Leader<'g, K, V, E>),
     /// Another caller's flight ended; this is its outcome.
     Done(Result<V, FlightError<E>>),
 }

@@ -18,8 +18,8 @@ use crate::{FlightError, Joined};
 /// Dropping it before it resolves removes the follower from the queue; a lead handed to it but
 /// not yet taken passes to the next follower (the hand-off is never lost).
 pub(crate) struct Wait<'g, K: Hash + Eq, V, E> {
-    /// Borrowed (the `join`/`run` future that awaits this borrows the group anyway): cloned
-    /// only if this follower is handed the lead and becomes a [`Leader`].
+    /// Borrowed (the `join`/`run` future that awaits this borrows the group anyway), and so is
+    /// the [`Leader`] this follower becomes if handed the lead: never cloned.
     group: &'g Group<K, V, E>,
     flight: Arc<Flight<V, E>>,
     slot: usize,
@@ -53,8 +53,8 @@ impl<'g, K: Hash + Eq, V, E> Wait<'g, K, V, E> {
     }
 }
 
-impl<K: Hash + Eq, V: Clone, E> Future for Wait<'_, K, V, E> {
-    type Output = Joined<K, V, E>;
+impl<'g, K: Hash + Eq, V: Clone, E> Future for Wait<'g, K, V, E> {
+    type Output = Joined<'g, K, V, E>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
@@ -84,7 +84,7 @@ impl<K: Hash + Eq, V: Clone, E> Future for Wait<'_, K, V, E> {
             Seen::Failed(error) => Joined::Done(Err(FlightError::Failed(error))),
             Seen::Abandoned => Joined::Done(Err(FlightError::Abandoned)),
             Seen::Lead(token) => Joined::Leader(Leader::new(
-                this.group.clone(),
+                this.group,
                 this.key.take().expect("a wait resolves once"),
                 LeadId::of_flight(&this.flight, token),
             )),

@@ -9,12 +9,28 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Waker};
 
-use coalesce::{Group, Joined};
+use coalesce::{FlightError, Group, Joined, Leader, OwnedLeader};
 use loom::future::block_on;
 use loom::thread;
 
 type G = Group<u8, u32, ()>;
-type Fut = Pin<Box<dyn Future<Output = Joined<u8, u32, ()>> + Send>>;
+type Fut = Pin<Box<dyn Future<Output = Owned> + Send>>;
+
+/// What a follower moved to another thread resolves to: [`Joined`], with a lead made owned
+/// (the thread outlives the borrow of the group).
+enum Owned {
+    Leader(OwnedLeader<u8, u32, ()>),
+    Done(Result<u32, FlightError<()>>),
+}
+
+impl From<Joined<'_, u8, u32, ()>> for Owned {
+    fn from(joined: Joined<'_, u8, u32, ()>) -> Self {
+        match joined {
+            Joined::Leader(leader) => Owned::Leader(leader.into_owned()),
+            Joined::Done(result) => Owned::Done(result),
+        }
+    }
+}
 
 fn group() -> G {
     Group::builder().shards(1).build()
@@ -24,7 +40,7 @@ fn group() -> G {
 /// to be moved to another thread.
 fn queued_follower(group: &G, key: u8) -> Fut {
     let g = group.clone();
-    let mut fut: Fut = Box::pin(async move { g.join(key).await });
+    let mut fut: Fut = Box::pin(async move { Owned::from(g.join(key).await) });
     assert!(
         fut.as_mut()
             .poll(&mut Context::from_waker(Waker::noop()))
@@ -33,7 +49,8 @@ fn queued_follower(group: &G, key: u8) -> Fut {
     fut
 }
 
-fn lead(group: &G, key: u8) -> coalesce::Leader<u8, u32, ()> {
+/// Leads `key` (borrowing `group`; `into_owned` to move the lead to another thread).
+fn lead(group: &G, key: u8) -> Leader<'_, u8, u32, ()> {
     match block_on(group.join(key)) {
         Joined::Leader(leader) => leader,
         Joined::Done(_) => panic!("expected to lead"),
@@ -42,10 +59,18 @@ fn lead(group: &G, key: u8) -> coalesce::Leader<u8, u32, ()> {
 
 /// Resolves a follower: finishing with `value` if it was handed the lead. Returns
 /// (value seen, whether it led).
-fn settle(joined: Joined<u8, u32, ()>, value: u32) -> (u32, bool) {
+fn settle(joined: Joined<'_, u8, u32, ()>, value: u32) -> (u32, bool) {
     match joined {
         Joined::Leader(leader) => (leader.finish(Ok(value)).unwrap(), true),
         Joined::Done(result) => (result.unwrap(), false),
+    }
+}
+
+/// [`settle`] for a follower that resolved on another thread (its lead, if any, is owned).
+fn settle_owned(owned: Owned, value: u32) -> (u32, bool) {
+    match owned {
+        Owned::Leader(leader) => (leader.finish(Ok(value)).unwrap(), true),
+        Owned::Done(result) => (result.unwrap(), false),
     }
 }
 
@@ -61,7 +86,7 @@ fn leader_finish_wakes_all_followers() {
             .collect();
         leader.finish(Ok(7)).unwrap();
         for h in handles {
-            assert_eq!(settle(h.join().unwrap(), 0), (7, false));
+            assert_eq!(settle_owned(h.join().unwrap(), 0), (7, false));
         }
         assert_eq!(group.in_flight(), 0);
     });
@@ -71,12 +96,12 @@ fn leader_finish_wakes_all_followers() {
 fn leader_cancelled_with_two_followers_promotes_exactly_one() {
     loom::model(|| {
         let group = group();
-        let leader = lead(&group, 1);
+        let leader = lead(&group, 1).into_owned();
         let a = queued_follower(&group, 1);
         let b = queued_follower(&group, 1);
         let dropper = thread::spawn(move || drop(leader));
-        let ta = thread::spawn(move || settle(block_on(a), 1));
-        let (vb, led_b) = settle(block_on(b), 2);
+        let ta = thread::spawn(move || settle_owned(block_on(a), 1));
+        let (vb, led_b) = settle_owned(block_on(b), 2);
         let (va, led_a) = ta.join().unwrap();
         dropper.join().unwrap();
         assert!(led_a ^ led_b, "exactly one follower leads");
@@ -89,13 +114,13 @@ fn leader_cancelled_with_two_followers_promotes_exactly_one() {
 fn promoted_follower_cancelled_before_poll_passes_the_lead_on() {
     loom::model(|| {
         let group = group();
-        let leader = lead(&group, 1);
+        let leader = lead(&group, 1).into_owned();
         let first = queued_follower(&group, 1);
         let second = queued_follower(&group, 1);
         let dropper = thread::spawn(move || drop(leader));
         // `first` may be handed the lead at any point; it is dropped without being polled again.
         let canceller = thread::spawn(move || drop(first));
-        let (value, led) = settle(block_on(second), 3);
+        let (value, led) = settle_owned(block_on(second), 3);
         dropper.join().unwrap();
         canceller.join().unwrap();
         assert_eq!(
@@ -130,7 +155,7 @@ fn follower_cancel_racing_finish() {
         let leaving = queued_follower(&group, 1);
         let staying = queued_follower(&group, 1);
         let canceller = thread::spawn(move || drop(leaving));
-        let waiter = thread::spawn(move || settle(block_on(staying), 0));
+        let waiter = thread::spawn(move || settle_owned(block_on(staying), 0));
         leader.finish(Ok(5)).unwrap();
         canceller.join().unwrap();
         assert_eq!(waiter.join().unwrap(), (5, false));
@@ -142,12 +167,12 @@ fn follower_cancel_racing_finish() {
 fn stale_guard_cannot_remove_a_newer_flight() {
     loom::model(|| {
         let group = group();
-        let old = lead(&group, 1);
+        let old = lead(&group, 1).into_owned();
         assert!(group.forget(&1));
         let new = lead(&group, 1);
         let on_new = queued_follower(&group, 1);
         let stale = thread::spawn(move || drop(old));
-        let waiter = thread::spawn(move || settle(block_on(on_new), 0));
+        let waiter = thread::spawn(move || settle_owned(block_on(on_new), 0));
         new.finish(Ok(2)).unwrap();
         stale.join().unwrap();
         assert_eq!(waiter.join().unwrap(), (2, false));
@@ -228,7 +253,7 @@ fn forgotten_shared_flight_still_publishes_to_its_followers() {
         let on_old = queued_follower(&group, 1);
         assert!(group.forget(&1));
         assert_eq!(group.in_flight(), 0, "a forgotten flight is not in flight");
-        let waiter = thread::spawn(move || settle(block_on(on_old), 0));
+        let waiter = thread::spawn(move || settle_owned(block_on(on_old), 0));
         let g = group.clone();
         let newer = thread::spawn(move || block_on(g.run(1, || async { Ok(9) })).unwrap());
         old.finish(Ok(5)).unwrap();
@@ -251,7 +276,7 @@ fn forgotten_shared_flight_hands_its_lead_on() {
         let old = lead(&group, 1);
         let on_old = queued_follower(&group, 1);
         assert!(group.forget(&1));
-        let waiter = thread::spawn(move || settle(block_on(on_old), 4));
+        let waiter = thread::spawn(move || settle_owned(block_on(on_old), 4));
         let g = group.clone();
         let newer = thread::spawn(move || block_on(g.run(1, || async { Ok(9) })).unwrap());
         drop(old);

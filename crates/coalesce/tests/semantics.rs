@@ -11,16 +11,15 @@ use std::time::Duration;
 use coalesce::{ErrorPolicy, FlightError, Group, Joined};
 use tokio::sync::oneshot;
 
-type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Polls `fut` once with a waker that does nothing.
-fn poll_once<T>(fut: &mut BoxFut<T>) -> Poll<T> {
+fn poll_once<T>(fut: &mut BoxFut<'_, T>) -> Poll<T> {
     fut.as_mut().poll(&mut Context::from_waker(Waker::noop()))
 }
 
-fn follower(group: &Group<u32, u64, String>, key: u32) -> BoxFut<Joined<u32, u64, String>> {
-    let group = group.clone();
-    Box::pin(async move { group.join(key).await })
+fn follower(group: &Group<u32, u64, String>, key: u32) -> BoxFut<'_, Joined<'_, u32, u64, String>> {
+    Box::pin(group.join(key))
 }
 
 /// Yields to the runtime until `cond` holds; panics rather than hang if it never does.
@@ -34,7 +33,7 @@ async fn until(mut cond: impl FnMut() -> bool) {
     panic!("condition never became true");
 }
 
-fn done(joined: Joined<u32, u64, String>) -> Result<u64, FlightError<String>> {
+fn done(joined: Joined<'_, u32, u64, String>) -> Result<u64, FlightError<String>> {
     match joined {
         Joined::Done(result) => result,
         Joined::Leader(_) => panic!("expected a finished flight, got the lead"),
@@ -373,7 +372,7 @@ async fn run_detached_survives_its_caller() {
     let calls = Arc::new(AtomicUsize::new(0));
     let (release, gate) = oneshot::channel::<()>();
     let c = calls.clone();
-    let mut caller: BoxFut<_> = {
+    let mut caller: BoxFut<'_, _> = {
         let group = group.clone();
         Box::pin(async move {
             group
@@ -441,7 +440,8 @@ async fn a_dead_detached_fill_with_nobody_to_take_over_reports_abandoned() {
 fn group_and_leader_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Group<String, Vec<u8>, std::io::Error>>();
-    send_sync::<coalesce::Leader<String, Vec<u8>, std::io::Error>>();
+    send_sync::<coalesce::Leader<'static, String, Vec<u8>, std::io::Error>>();
+    send_sync::<coalesce::OwnedLeader<String, Vec<u8>, std::io::Error>>();
 }
 
 /// A value whose `Clone` panics: user code that must never run under a group lock.
@@ -461,10 +461,7 @@ async fn a_value_whose_clone_panics_strands_no_flight() {
     let Joined::Leader(leader) = group.join(1).await else {
         panic!()
     };
-    let mut waiting: Pin<Box<dyn Future<Output = Joined<u32, PanicsOnClone, ()>> + Send>> = {
-        let group = group.clone();
-        Box::pin(async move { group.join(1).await })
-    };
+    let mut waiting: BoxFut<'_, Joined<'_, u32, PanicsOnClone, ()>> = Box::pin(group.join(1));
     assert!(
         waiting
             .as_mut()
@@ -497,4 +494,42 @@ fn an_absurd_shard_count_is_clamped_not_a_panic() {
         .build()
         .unwrap();
     assert_eq!(rt.block_on(group.run(1, || async { Ok(1) })), Ok(1));
+}
+
+#[tokio::test]
+async fn an_owned_leader_keeps_the_lead_and_finishes_from_a_spawned_task() {
+    let group: Group<u32, u64, String> = Group::new();
+    let Joined::Leader(leader) = group.join(1).await else {
+        panic!("the first caller leads")
+    };
+    let generation = leader.generation();
+    let owned = leader.into_owned();
+    // The lead moved: nothing was handed on or released.
+    assert_eq!((owned.key(), owned.generation()), (&1, generation));
+    assert!(owned.is_current());
+    assert_eq!(group.in_flight(), 1);
+    let mut waiting = follower(&group, 1);
+    assert!(poll_once(&mut waiting).is_pending());
+    let task = tokio::spawn(async move { owned.finish(Ok(5)) });
+    assert_eq!(task.await.unwrap(), Ok(5));
+    assert_eq!(done(waiting.await), Ok(5));
+    assert_eq!(group.in_flight(), 0);
+}
+
+#[tokio::test]
+async fn a_dropped_owned_leader_hands_the_lead_to_a_follower() {
+    let group: Group<u32, u64, String> = Group::new();
+    let Joined::Leader(leader) = group.join(1).await else {
+        panic!("the first caller leads")
+    };
+    let owned = leader.into_owned();
+    let mut waiting = follower(&group, 1);
+    assert!(poll_once(&mut waiting).is_pending());
+    tokio::spawn(async move { drop(owned) }).await.unwrap();
+    let Poll::Ready(Joined::Leader(next)) = poll_once(&mut waiting) else {
+        panic!("the follower is handed the lead")
+    };
+    assert_eq!(next.finish(Ok(6)), Ok(6));
+    assert_eq!(group.stats().abandoned, 1);
+    assert_eq!(group.in_flight(), 0);
 }

@@ -293,7 +293,7 @@ impl<S: Storage> StreamCache<S> {
     /// Run the fill as leader: publish meta and the write's reader source, spawn the body pump.
     async fn lead<F, Fut, E>(
         &self,
-        leader: Leader<CacheKey, Published, LeadFailure>,
+        leader: Leader<'_, CacheKey, Published, LeadFailure>,
         key: CacheKey,
         fill: F,
     ) -> Result<Hit, FillError>
@@ -307,7 +307,7 @@ impl<S: Storage> StreamCache<S> {
             .fill_timeout
             // A timeout too large to represent is no deadline at all (not a panic).
             .and_then(|timeout| Instant::now().checked_add(timeout));
-        let fail = |leader: Leader<_, _, _>, failure: LeadFailure| {
+        let fail = |leader: Leader<'_, _, _, _>, failure: LeadFailure| {
             let error = FillError::from(&failure);
             let _ = leader.finish(Err(failure));
             Err(error)

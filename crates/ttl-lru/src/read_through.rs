@@ -13,7 +13,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use coalesce::{FlightError, Joined, Leader};
+use coalesce::{FlightError, Joined, Leader, OwnedLeader};
 use futures::FutureExt;
 
 use crate::cache::Cache;
@@ -53,11 +53,38 @@ impl<V> Fetched<V> {
 /// The erased error a detached fill publishes when it runs past its `fill_timeout`.
 struct FillTimeout;
 
-type GroupLeader<K, V> = Leader<K, V, ErasedError>;
+type GroupLeader<'g, K, V> = Leader<'g, K, V, ErasedError>;
+
+/// A fill's lead, borrowing the group (a fill in the caller) or owning a clone of it (a fill on
+/// a spawned task): what storing and publishing a result needs from either.
+trait FillLeader<K, V> {
+    fn key(&self) -> &K;
+    fn finish(self, result: Result<V, ErasedError>) -> Result<V, FlightError<ErasedError>>;
+}
+
+impl<K: Hash + Eq, V: Clone> FillLeader<K, V> for GroupLeader<'_, K, V> {
+    fn key(&self) -> &K {
+        Leader::key(self)
+    }
+
+    fn finish(self, result: Result<V, ErasedError>) -> Result<V, FlightError<ErasedError>> {
+        Leader::finish(self, result)
+    }
+}
+
+impl<K: Hash + Eq, V: Clone> FillLeader<K, V> for OwnedLeader<K, V, ErasedError> {
+    fn key(&self) -> &K {
+        OwnedLeader::key(self)
+    }
+
+    fn finish(self, result: Result<V, ErasedError>) -> Result<V, FlightError<ErasedError>> {
+        OwnedLeader::finish(self, result)
+    }
+}
 
 /// A caller that leads a fill, with what it needs to run it.
-struct Lead<K: Hash + Eq, V, T, F> {
-    leader: GroupLeader<K, V>,
+struct Lead<'g, K: Hash + Eq, V, T, F> {
+    leader: GroupLeader<'g, K, V>,
     hash: u64,
     fence: u64,
     ttl_fn: T,
@@ -171,6 +198,8 @@ where
         let result = match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 let cache = self.clone();
+                // The lead moves to the task, so it must own its group.
+                let leader = leader.into_owned();
                 let task = rt.spawn(async move {
                     cache
                         .run_fill(leader, hash, fence, ttl_fn, fut, Some(fill_timeout))
@@ -209,7 +238,7 @@ where
         ttl_fn: T,
         make_fut: F,
         refresh_timeout: Option<Duration>,
-    ) -> Result<Lead<K, V, T, F>, Result<Fetched<V>, FetchError<E>>>
+    ) -> Result<Lead<'_, K, V, T, F>, Result<Fetched<V>, FetchError<E>>>
     where
         E: Send + Sync + 'static,
         T: FnOnce(&V) -> Duration + Send + 'static,
@@ -283,11 +312,11 @@ where
     /// A new leader re-checks the store: a flight may have stored and ended between our lookup and
     /// our join. Then the lead is finished with that value (nobody refills it); otherwise the lead
     /// comes back.
-    fn recheck<E: Send + Sync + 'static>(
+    fn recheck<'g, E: Send + Sync + 'static>(
         &self,
-        leader: GroupLeader<K, V>,
+        leader: GroupLeader<'g, K, V>,
         hash: u64,
-    ) -> Result<Result<Fetched<V>, FetchError<E>>, GroupLeader<K, V>> {
+    ) -> Result<Result<Fetched<V>, FetchError<E>>, GroupLeader<'g, K, V>> {
         match self.shard(hash).peek_fresh(hash, leader.key(), self.now()) {
             Some(value) => Ok(leader
                 .finish(Ok(value))
@@ -326,9 +355,9 @@ where
     }
 
     /// Awaits the fill (with an optional timeout), then publishes. Runs in the caller or a task.
-    async fn run_fill<E, T, Fut>(
+    async fn run_fill<E, T, Fut, L>(
         self,
-        leader: GroupLeader<K, V>,
+        leader: L,
         hash: u64,
         fence: u64,
         ttl_fn: T,
@@ -339,6 +368,7 @@ where
         E: Send + Sync + 'static,
         T: FnOnce(&V) -> Duration,
         Fut: Future<Output = Result<V, E>>,
+        L: FillLeader<K, V>,
     {
         let result = match timeout {
             None => fut.await,
@@ -360,9 +390,9 @@ where
 
     /// Stores a fill's outcome (fenced), then finishes the flight so waiters wake to a written
     /// store. Synchronous: no await between storing and publishing.
-    fn publish<E, T>(
+    fn publish<E, T, L>(
         &self,
-        leader: GroupLeader<K, V>,
+        leader: L,
         hash: u64,
         fence: u64,
         ttl_fn: T,
@@ -371,6 +401,7 @@ where
     where
         E: Send + Sync + 'static,
         T: FnOnce(&V) -> Duration,
+        L: FillLeader<K, V>,
     {
         let now = self.now();
         match result {
@@ -440,10 +471,12 @@ where
                 self.inner.fills.fills.incr();
                 let fut = fill();
                 let cache = self.clone();
+                // The lead moves to the task, so it must own its group.
+                let leader = leader.into_owned();
                 rt.spawn(async move {
                     let _gate = gate;
                     let _ = cache
-                        .run_fill::<E, T, Fut>(leader, hash, fence, ttl_fn, fut, timeout)
+                        .run_fill::<E, T, Fut, _>(leader, hash, fence, ttl_fn, fut, timeout)
                         .await;
                 });
             }
