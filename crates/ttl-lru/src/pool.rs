@@ -46,7 +46,10 @@ impl EvictionPool {
         // before the scan. (If this hash is pooled under an older, better rank, that stale rank
         // stays; `choose_victim` re-ranks a candidate before evicting it.)
         if self.entries.len() == self.capacity
-            && self.entries.last().is_some_and(|worst| worst.rank <= c.rank)
+            && self
+                .entries
+                .last()
+                .is_some_and(|worst| worst.rank <= c.rank)
         {
             return;
         }
