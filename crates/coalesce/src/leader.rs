@@ -94,12 +94,11 @@ impl<K: Hash + Eq, V: Clone, E> Leader<'_, K, V, E> {
     /// next follower able to lead is handed the flight and retries (followers that cannot lead
     /// still get the error if nobody can). A stale leader (superseded after `takeover_after`)
     /// publishes nothing; it still gets its own result back.
-    pub fn finish(self, result: Result<V, E>) -> Result<V, FlightError<E>> {
-        let Leader { mut guard, key } = self;
-        let outcome = guard.finish(result);
-        // The key is user code: dropped after every lock is released (as before the change).
-        drop(key);
-        outcome
+    pub fn finish(mut self, result: Result<V, E>) -> Result<V, FlightError<E>> {
+        // By reference, in place: moving the guard out of `self` first copied it across the
+        // pieces that wrote it (a store-forwarding stall, as in `lead.rs`). The key (user
+        // code) is dropped with `self`, after every lock is released.
+        self.guard.finish(result)
     }
 }
 
