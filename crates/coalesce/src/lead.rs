@@ -14,8 +14,8 @@
 //! locked instruction (lock or unlock) drains the store buffer; values stored *after* the
 //! last one and then reloaded by the caller with wider or offset loads stall on store
 //! forwarding (~10 ns each). So `finish_lead` returns while its guard is still held (the
-//! answer is written before the unlock), and `run`'s guard finishes by reference rather than
-//! being moved out of the `run` future.
+//! answer is written before the unlock), and a guard finishes by reference, in place: `run`'s
+//! is not moved out of the `run` future, nor a [`Leader`](crate::Leader)'s out of the leader.
 
 use std::hash::Hash;
 use std::sync::Arc as StdArc;

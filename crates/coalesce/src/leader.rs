@@ -32,7 +32,8 @@ use crate::wait::Wait;
 // `repr(C)`, key first: the guard's last word (its `Armed` flag) is the niche that `Joined`
 // and the `Poll` around it keep their tags in, so it is the value's last word and a move of
 // it copies the payload from offset 0 in the same 16-byte pieces that wrote it (with the
-// tag first, the copies straddled the stores and stalled; measured ~3 ns per join+finish).
+// tag first, the copies straddled the stores and stalled; measured: ~77 ns per join+finish
+// with this layout, ~86 ns with the default one).
 #[repr(C)]
 pub struct Leader<'g, K: Hash + Eq, V, E> {
     key: K,
