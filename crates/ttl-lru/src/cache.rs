@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::builder::{CacheBuilder, split_capacity};
 use crate::clock::{ClockSource, duration_to_ms};
 use crate::error::InsertError;
+use crate::hits::HitCounters;
 use crate::shard::{ErasedError, NEVER, Shard, ShardConfig, Stored, WriteMode, WriteOutcome};
 use crate::stats::{CachePadded, FillCounters, Stats};
 
@@ -53,6 +54,8 @@ pub(crate) struct Inner<K, V> {
     pub(crate) negative_ttl_ms: u64,
     pub(crate) weigher: Option<Weigher<K, V>>,
     pub(crate) fills: CachePadded<FillCounters>,
+    /// Fresh and stale hits, counted per thread (see `hits.rs`).
+    pub(crate) hits: HitCounters,
     pub(crate) group: coalesce::Group<K, V, ErasedError>,
 }
 
@@ -241,7 +244,8 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
-        self.shard(hash).get(hash, key, self.now())
+        self.shard(hash)
+            .get(hash, key, self.now(), &self.inner.hits)
     }
 
     /// The value with its expiry and freshness; stale entries (inside the stale-while-revalidate
@@ -253,9 +257,9 @@ where
     {
         let hash = self.hash(key);
         let now = self.now();
-        let snap = self
-            .shard(hash)
-            .lookup(hash, key, now, self.inner.cfg.swr_ms)?;
+        let snap =
+            self.shard(hash)
+                .lookup(hash, key, now, self.inner.cfg.swr_ms, &self.inner.hits)?;
         Some(Entry {
             value: snap.value,
             expires_in: (snap.expires_at != NEVER)
@@ -388,6 +392,7 @@ where
             s.size += len as u64;
             s.weight += weight;
         }
+        s.add_hits(&self.inner.hits);
         s.add_fills(&self.inner.fills);
         s.lookups = s.hits + s.misses + s.stale_hits + s.negative_hits;
         s.capacity = self.capacity();

@@ -36,6 +36,14 @@ impl EvictionPool {
         self.capacity > 0
     }
 
+    /// Whether [`offer`](Self::offer) would drop a candidate of this rank unseen: the pool is
+    /// full and its worst candidate is no worse.
+    #[inline]
+    pub(crate) fn would_reject(&self, rank: u64) -> bool {
+        self.entries.len() == self.capacity
+            && self.entries.last().is_some_and(|worst| worst.rank <= rank)
+    }
+
     /// Offers a candidate: kept if the pool has room or it beats the worst one. A candidate for a
     /// hash already pooled replaces that entry (its rank may have changed).
     pub(crate) fn offer(&mut self, c: Candidate) {

@@ -1,28 +1,22 @@
-//! One shard of the store: a dense slot array, an index from key to slot, and sampled eviction.
-//!
-//! Layout: `slots` holds every entry contiguously; `index` (a `hashbrown::HashTable<u32>` keyed by
-//! the precomputed key hash) maps a key to its slot. Deleting swap-removes, so the array never has
-//! holes and `slots[random index]` is a uniformly random entry: sampling `k` victims is O(k) at any
-//! size. The swap moves one entry, whose index entry is found by hash and slot number (one probe,
-//! no key comparison).
+//! One shard of the store: its table (`table.rs`) behind a read-write lock, its invalidation
+//! fences, counters and admission sketch; every store operation of a shard is a method here.
 //!
 //! Concurrency: lookups hold the shard's read lock; they only write the entry's relaxed recency
 //! stamp (skipped when unchanged) and, for a stale entry, CAS its refresh gate. Every structural
-//! change (insert, remove, evict, swap) holds the write lock, so no reader can observe a slot index
-//! that a swap-remove invalidates. `tests/loom.rs` checks these transitions.
+//! change (insert, remove, evict, swap) holds the write lock, so no reader can observe a place
+//! that a swap-remove invalidates. User data taken out under the lock (old values, victims) is
+//! dropped after it is released. `tests/loom.rs` checks these transitions.
 
 use std::any::Any;
 use std::borrow::Borrow;
 use std::sync::Arc;
 
-use hashbrown::HashTable;
-
 use crate::admission::FrequencySketch;
 use crate::error::InsertError;
-use crate::pool::{Candidate, EvictionPool};
-use crate::rng::XorShift64;
+use crate::hits::{Hit, HitCounters};
 use crate::stats::{CachePadded, ShardCounters};
 use crate::sync::{AtomicU64, Ordering, RwLock, WriteGuard};
+use crate::table::{At, ErrorSlot, MAX_ENTRIES, Removed, Slot, Table};
 
 /// A fill error as stored for negative caching (downcast to the caller's `E` on the way out).
 pub(crate) type ErasedError = Arc<dyn Any + Send + Sync>;
@@ -31,24 +25,21 @@ pub(crate) type ErasedError = Arc<dyn Any + Send + Sync>;
 pub(crate) const NEVER: u64 = u64::MAX;
 /// Refresh-gate value while one refresh of the entry is running.
 const GATE_BUSY: u64 = u64::MAX;
-/// Live entries rank above every stale entry (ranks of stale entries are their expiry time).
-const LIVE_RANK_BASE: u64 = 1 << 62;
 /// Invalidation fences per shard, selected by key hash: a remove fences only fills whose key hashes
 /// to the same stripe, so unrelated fills in the shard rarely lose their publish.
 pub(crate) const FENCE_STRIPES: usize = 16;
 
-/// What an entry holds. The error is boxed so the variant is one thin pointer: cached errors are
-/// rare, and a small `Stored` keeps a `u64 -> u64` slot at 40 bytes.
+/// What a write stores.
 pub(crate) enum Stored<V> {
     Value(V),
-    Error(Box<ErasedError>),
+    Error(ErasedError),
 }
 
 /// Entries removed under the lock, dropped after it is released. The common case (one victim)
 /// needs no allocation.
 struct Evicted<K, V> {
-    first: Option<Slot<K, V>>,
-    rest: Vec<Slot<K, V>>,
+    first: Option<Removed<K, V>>,
+    rest: Vec<Removed<K, V>>,
 }
 
 impl<K, V> Evicted<K, V> {
@@ -59,11 +50,11 @@ impl<K, V> Evicted<K, V> {
         }
     }
 
-    fn push(&mut self, slot: Slot<K, V>) {
+    fn push(&mut self, removed: Removed<K, V>) {
         if self.first.is_none() {
-            self.first = Some(slot);
+            self.first = Some(removed);
         } else {
-            self.rest.push(slot);
+            self.rest.push(removed);
         }
     }
 
@@ -73,84 +64,6 @@ impl<K, V> Evicted<K, V> {
 
     fn is_empty(&self) -> bool {
         self.first.is_none()
-    }
-}
-
-/// The hot part of one entry: everything a hit or an eviction sample reads, and nothing else.
-///
-/// A hit reads one of these at a random place in the slot array, so at 100K+ entries the array's
-/// size decides whether that read comes from the last-level cache or from memory. The weight and
-/// the refresh gate, read only by writes, evictions and stale reads, live in the parallel [`Cold`]
-/// array instead (measured: with them inline, a `u64 -> u64` slot was 64 bytes and get-hit at 100K
-/// entries was ~115 ns; see docs/benchmarks.md).
-pub(crate) struct Slot<K, V> {
-    key: K,
-    stored: Stored<V>,
-    /// Fresh while `now < expires_at`.
-    expires_at: u64,
-    /// Coarse-clock millisecond of the last access (relaxed: a recency hint, never a decision).
-    last_access: AtomicU64,
-}
-
-/// The cold part of the entry at the same index in [`Table::cold`]: never read by a fresh hit.
-struct Cold {
-    /// The key's full hash: re-locates the entry in the index (swaps, pooled candidates).
-    hash: u64,
-    weight: u64,
-    /// A stale-while-revalidate refresh may start when `now >= refresh_gate`; `GATE_BUSY` while one
-    /// runs; a failed refresh sets it to the retry time.
-    refresh_gate: AtomicU64,
-}
-
-impl Cold {
-    fn new(hash: u64, weight: u64) -> Self {
-        Self {
-            hash,
-            weight,
-            refresh_gate: AtomicU64::new(0),
-        }
-    }
-}
-
-impl<K, V> Slot<K, V> {
-    fn new(key: K, stored: Stored<V>, expires_at: u64, now: u64) -> Self {
-        Self {
-            key,
-            stored,
-            expires_at,
-            last_access: AtomicU64::new(now),
-        }
-    }
-
-    /// The end of the window in which the entry may still be served (stale values only).
-    #[inline]
-    fn usable_until(&self, swr_ms: u64) -> u64 {
-        match self.stored {
-            Stored::Value(_) => self.expires_at.saturating_add(swr_ms),
-            Stored::Error(_) => self.expires_at,
-        }
-    }
-
-    #[inline]
-    fn is_dead(&self, now: u64, swr_ms: u64) -> bool {
-        now >= self.usable_until(swr_ms)
-    }
-
-    #[inline]
-    fn touch(&self, now: u64) {
-        if self.last_access.load(Ordering::Relaxed) != now {
-            self.last_access.store(now, Ordering::Relaxed);
-        }
-    }
-
-    /// Eviction rank, smaller is a better victim: stale entries by expiry, then live ones by recency.
-    #[inline]
-    fn rank(&self, now: u64) -> u64 {
-        if now >= self.expires_at {
-            self.expires_at.min(LIVE_RANK_BASE - 1)
-        } else {
-            LIVE_RANK_BASE.saturating_add(self.last_access.load(Ordering::Relaxed))
-        }
     }
 }
 
@@ -202,158 +115,13 @@ pub(crate) enum WriteOutcome {
     Fenced,
 }
 
-/// The lock-protected part of a shard.
-pub(crate) struct Table<K, V> {
-    slots: Vec<Slot<K, V>>,
-    /// `cold[i]` belongs to `slots[i]`: the two arrays are pushed and swap-removed together.
-    cold: Vec<Cold>,
-    index: HashTable<u32>,
-    weight: u64,
-    capacity: u64,
-    pool: EvictionPool,
-    rng: XorShift64,
-}
-
-impl<K: Eq, V> Table<K, V> {
-    #[inline]
-    fn find<Q>(&self, hash: u64, q: &Q) -> Option<usize>
-    where
-        K: Borrow<Q>,
-        Q: Eq + ?Sized,
-    {
-        let slots = &self.slots;
-        self.index
-            .find(hash, |&j| slots[j as usize].key.borrow() == q)
-            .map(|&j| j as usize)
-    }
-
-    /// Finds an entry by hash alone (used to re-locate pooled candidates).
-    fn find_by_hash(&self, hash: u64) -> Option<usize> {
-        let cold = &self.cold;
-        self.index
-            .find(hash, |&j| cold[j as usize].hash == hash)
-            .map(|&j| j as usize)
-    }
-
-    fn push(&mut self, slot: Slot<K, V>, hash: u64, weight: u64) {
-        if self.slots.len() == self.slots.capacity() {
-            // Grow by doubling, but never past the shard's capacity (every entry weighs at least
-            // 1), so a full cache does not carry up to 2x unused slot memory.
-            let len = self.slots.len();
-            let room = usize::try_from(self.capacity)
-                .unwrap_or(usize::MAX)
-                .saturating_sub(len);
-            let more = len.max(4).min(room).max(1);
-            self.slots.reserve_exact(more);
-            self.cold
-                .reserve_exact(self.slots.capacity() - self.cold.len());
-        }
-        let idx = u32::try_from(self.slots.len()).expect("a shard holds fewer than 2^32 entries");
-        self.weight += weight;
-        self.slots.push(slot);
-        self.cold.push(Cold::new(hash, weight));
-        let cold = &self.cold;
-        self.index
-            .insert_unique(hash, idx, |&j| cold[j as usize].hash);
-    }
-
-    /// Swap-removes the entry at `idx`, fixing the index of the entry moved into its place.
-    fn remove_at(&mut self, idx: usize) -> Slot<K, V> {
-        let last = self.slots.len() - 1;
-        let hash = self.cold[idx].hash;
-        match self.index.find_entry(hash, |&j| j as usize == idx) {
-            Ok(e) => {
-                e.remove();
-            }
-            Err(_) => debug_assert!(false, "slot {idx} missing from the index"),
-        }
-        if idx != last {
-            let moved = self.cold[last].hash;
-            match self.index.find_mut(moved, |&j| j as usize == last) {
-                Some(j) => *j = idx as u32,
-                None => debug_assert!(false, "slot {last} missing from the index"),
-            }
-        }
-        let slot = self.slots.swap_remove(idx);
-        self.weight -= self.cold.swap_remove(idx).weight;
-        slot
-    }
-
-    fn remove_key<Q>(&mut self, hash: u64, q: &Q) -> Option<Slot<K, V>>
-    where
-        K: Borrow<Q>,
-        Q: Eq + ?Sized,
-    {
-        self.find(hash, q).map(|i| self.remove_at(i))
-    }
-
-    /// Picks an eviction victim other than `exclude`: an already-dead sample at once, otherwise the
-    /// best of `samples` random slots merged with the candidate pool. O(samples + pool), never a walk.
-    fn choose_victim(
-        &mut self,
-        now: u64,
-        cfg: &ShardConfig,
-        exclude: Option<usize>,
-    ) -> Option<usize> {
-        let len = self.slots.len();
-        if len == 0 || (len == 1 && exclude == Some(0)) {
-            return None;
-        }
-        let mut best: Option<(u64, usize)> = None;
-        for _ in 0..cfg.samples.max(1) {
-            let i = self.rng.below(len);
-            if Some(i) == exclude {
-                continue;
-            }
-            let s = &self.slots[i];
-            if s.is_dead(now, cfg.swr_ms) {
-                return Some(i);
-            }
-            let rank = s.rank(now);
-            if self.pool.is_enabled() {
-                self.pool.offer(Candidate {
-                    rank,
-                    hash: self.cold[i].hash,
-                    idx: i as u32,
-                });
-            } else if best.is_none_or(|(r, _)| rank < r) {
-                best = Some((rank, i));
-            }
-        }
-        if self.pool.is_enabled() {
-            while let Some(c) = self.pool.pop_best() {
-                let idx = match self.cold.get(c.idx as usize) {
-                    Some(s) if s.hash == c.hash => Some(c.idx as usize),
-                    _ => self.find_by_hash(c.hash),
-                };
-                let Some(idx) = idx else { continue };
-                if Some(idx) == exclude {
-                    continue;
-                }
-                let rank = self.slots[idx].rank(now);
-                if rank <= c.rank || self.pool.best_rank().is_none_or(|b| rank <= b) {
-                    return Some(idx);
-                }
-                // Touched since it was pooled: re-rank it and look again.
-                self.pool.offer(Candidate {
-                    rank,
-                    hash: c.hash,
-                    idx: idx as u32,
-                });
-            }
-        } else if let Some((_, i)) = best {
-            return Some(i);
-        }
-        // Every sample hit `exclude` (tiny shards): take any other entry.
-        (0..len).find(|&i| Some(i) != exclude)
-    }
-}
-
 /// A shard: its table behind a lock, its invalidation fences, counters and admission sketch.
 /// Aligned to 128 bytes so one shard's lock word never shares a cache line with its neighbour's.
 #[repr(align(128))]
 pub(crate) struct Shard<K, V> {
     table: RwLock<Table<K, V>>,
+    /// A hit records its time only if the entry's recorded one is at least this old (>= 1 ms).
+    recency_ms: u64,
     fences: [AtomicU64; FENCE_STRIPES],
     pub(crate) counters: CachePadded<ShardCounters>,
     sketch: Option<FrequencySketch>,
@@ -365,17 +133,16 @@ fn stripe(hash: u64) -> usize {
 }
 
 impl<K: Eq, V: Clone> Shard<K, V> {
-    pub(crate) fn new(capacity: u64, pool_size: usize, seed: u64, admission: bool) -> Self {
+    pub(crate) fn new(
+        capacity: u64,
+        pool_size: usize,
+        seed: u64,
+        admission: bool,
+        recency_ms: u64,
+    ) -> Self {
         Self {
-            table: RwLock::new(Table {
-                slots: Vec::new(),
-                cold: Vec::new(),
-                index: HashTable::new(),
-                weight: 0,
-                capacity,
-                pool: EvictionPool::new(pool_size),
-                rng: XorShift64::new(seed),
-            }),
+            table: RwLock::new(Table::new(capacity, pool_size, seed)),
+            recency_ms: recency_ms.max(1),
             fences: std::array::from_fn(|_| AtomicU64::new(0)),
             counters: CachePadded::default(),
             sketch: admission.then(|| FrequencySketch::new(capacity)),
@@ -391,21 +158,19 @@ impl<K: Eq, V: Clone> Shard<K, V> {
 
     /// The hit path of `get`: a fresh value or `None`.
     #[inline]
-    pub(crate) fn get<Q>(&self, hash: u64, q: &Q, now: u64) -> Option<V>
+    pub(crate) fn get<Q>(&self, hash: u64, q: &Q, now: u64, hits: &HitCounters) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
         self.record_access(hash);
         let t = self.table.read();
-        if let Some(i) = t.find(hash, q) {
-            let s = &t.slots[i];
-            if let Stored::Value(v) = &s.stored
-                && now < s.expires_at
-            {
-                s.touch(now);
-                self.counters.hits.incr();
-                return Some(v.clone());
+        if let Some(i) = t.find_value(hash, q) {
+            let s = t.slot(i);
+            if now < s.expires_at {
+                s.touch(now, self.recency_ms);
+                hits.record(Hit::Fresh);
+                return Some(s.value.clone());
             }
         }
         drop(t);
@@ -414,27 +179,32 @@ impl<K: Eq, V: Clone> Shard<K, V> {
     }
 
     /// A fresh or stale value with its expiry (does not claim a refresh).
-    pub(crate) fn lookup<Q>(&self, hash: u64, q: &Q, now: u64, swr_ms: u64) -> Option<Snapshot<V>>
+    pub(crate) fn lookup<Q>(
+        &self,
+        hash: u64,
+        q: &Q,
+        now: u64,
+        swr_ms: u64,
+        hits: &HitCounters,
+    ) -> Option<Snapshot<V>>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
         self.record_access(hash);
         let t = self.table.read();
-        if let Some(i) = t.find(hash, q) {
-            let s = &t.slots[i];
-            if let Stored::Value(v) = &s.stored
-                && !s.is_dead(now, swr_ms)
-            {
-                s.touch(now);
+        if let Some(i) = t.find_value(hash, q) {
+            let s = t.slot(i);
+            if now < s.usable_until(swr_ms) {
+                s.touch(now, self.recency_ms);
                 let stale = now >= s.expires_at;
                 if stale {
-                    self.counters.stale_hits.incr();
+                    hits.record(Hit::Stale);
                 } else {
-                    self.counters.hits.incr();
+                    hits.record(Hit::Fresh);
                 }
                 return Some(Snapshot {
-                    value: v.clone(),
+                    value: s.value.clone(),
                     expires_at: s.expires_at,
                     stale,
                 });
@@ -452,11 +222,8 @@ impl<K: Eq, V: Clone> Shard<K, V> {
         Q: Eq + ?Sized,
     {
         let t = self.table.read();
-        let s = &t.slots[t.find(hash, q)?];
-        match &s.stored {
-            Stored::Value(v) if now < s.expires_at => Some(v.clone()),
-            _ => None,
-        }
+        let s = t.slot(t.find_value(hash, q)?);
+        (now < s.expires_at).then(|| s.value.clone())
     }
 
     /// Whether a fresh value is stored (no recency update, no counters).
@@ -466,43 +233,50 @@ impl<K: Eq, V: Clone> Shard<K, V> {
         Q: Eq + ?Sized,
     {
         let t = self.table.read();
-        t.find(hash, q).is_some_and(|i| {
-            let s = &t.slots[i];
-            matches!(s.stored, Stored::Value(_)) && now < s.expires_at
-        })
+        t.find_value(hash, q)
+            .is_some_and(|i| now < t.slot(i).expires_at)
     }
 
     /// The read-through lookup: fresh, stale (claiming the refresh if it is open), cached error, or miss.
-    pub(crate) fn probe<Q>(&self, hash: u64, q: &Q, now: u64, swr_ms: u64) -> Probe<V>
+    pub(crate) fn probe<Q>(
+        &self,
+        hash: u64,
+        q: &Q,
+        now: u64,
+        swr_ms: u64,
+        hits: &HitCounters,
+    ) -> Probe<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
         self.record_access(hash);
         let t = self.table.read();
-        if let Some(i) = t.find(hash, q) {
-            let s = &t.slots[i];
-            if !s.is_dead(now, swr_ms) {
-                match &s.stored {
-                    Stored::Value(v) if now < s.expires_at => {
-                        s.touch(now);
-                        self.counters.hits.incr();
-                        return Probe::Fresh(v.clone());
-                    }
-                    Stored::Value(v) => {
-                        s.touch(now);
-                        self.counters.stale_hits.incr();
-                        return Probe::Stale {
-                            value: v.clone(),
-                            refresh: claim_gate(&t.cold[i].refresh_gate, now),
-                        };
-                    }
-                    Stored::Error(e) => {
-                        self.counters.negative_hits.incr();
-                        return Probe::Negative(ErasedError::clone(e));
-                    }
+        match t.find(hash, q) {
+            Some(At::Value(i)) => {
+                let s = t.slot(i);
+                if now < s.expires_at {
+                    s.touch(now, self.recency_ms);
+                    hits.record(Hit::Fresh);
+                    return Probe::Fresh(s.value.clone());
+                }
+                if now < s.usable_until(swr_ms) {
+                    s.touch(now, self.recency_ms);
+                    hits.record(Hit::Stale);
+                    return Probe::Stale {
+                        value: s.value.clone(),
+                        refresh: claim_gate(&t.cold(i).refresh_gate, now),
+                    };
                 }
             }
+            Some(At::Error(i)) => {
+                let e = t.error(i);
+                if now < e.expires_at {
+                    self.counters.negative_hits.incr();
+                    return Probe::Negative(ErasedError::clone(&e.error));
+                }
+            }
+            None => {}
         }
         drop(t);
         self.counters.misses.incr();
@@ -517,12 +291,11 @@ impl<K: Eq, V: Clone> Shard<K, V> {
         Q: Eq + ?Sized,
     {
         let t = self.table.read();
-        t.find(hash, q).is_some_and(|i| {
-            let s = &t.slots[i];
-            matches!(s.stored, Stored::Value(_))
-                && now >= s.expires_at
-                && !s.is_dead(now, swr_ms)
-                && claim_gate(&t.cold[i].refresh_gate, now)
+        t.find_value(hash, q).is_some_and(|i| {
+            let s = t.slot(i);
+            now >= s.expires_at
+                && now < s.usable_until(swr_ms)
+                && claim_gate(&t.cold(i).refresh_gate, now)
         })
     }
 
@@ -533,8 +306,8 @@ impl<K: Eq, V: Clone> Shard<K, V> {
         Q: Eq + ?Sized,
     {
         let t = self.table.read();
-        if let Some(i) = t.find(hash, q) {
-            let _ = t.cold[i].refresh_gate.compare_exchange(
+        if let Some(i) = t.find_value(hash, q) {
+            let _ = t.cold(i).refresh_gate.compare_exchange(
                 GATE_BUSY,
                 retry_at,
                 Ordering::AcqRel,
@@ -563,8 +336,8 @@ impl<K: Eq, V: Clone> Shard<K, V> {
         }
     }
 
-    /// Writes a value (or cached error) for `key`, evicting as needed so the shard's weight stays
-    /// within its capacity when the lock is released.
+    /// Writes a value (or cached error, which weighs 1) for `key`, evicting as needed so the
+    /// shard's weight stays within its capacity when the lock is released.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn write(
         &self,
@@ -577,47 +350,63 @@ impl<K: Eq, V: Clone> Shard<K, V> {
         cfg: &ShardConfig,
         mode: WriteMode,
     ) -> Result<WriteOutcome, InsertError> {
+        let (weight, usable_until) = match stored {
+            Stored::Value(_) => (weight.max(1), expires_at.saturating_add(cfg.swr_ms)),
+            Stored::Error(_) => (1, expires_at),
+        };
         let mut t = self.table.write();
         if !self.fence_holds(hash, mode) {
+            drop(t);
             return Ok(WriteOutcome::Fenced);
         }
-        let weight = weight.max(1);
-        let slot = Slot::new(key, stored, expires_at, now);
         if weight > t.capacity {
             let limit = t.capacity;
-            let old = t.remove_key(hash, &slot.key);
+            let old = t.remove_key(hash, &key);
             drop(t);
             drop(old);
             self.counters.rejections.incr();
             return Err(InsertError::TooHeavy { weight, limit });
         }
-        if slot.is_dead(now, cfg.swr_ms) {
-            let old = t.remove_key(hash, &slot.key);
+        if now >= usable_until {
+            let old = t.remove_key(hash, &key);
             drop(t);
             drop(old);
             return Ok(WriteOutcome::Expired);
         }
-        if let Some(i) = t.find(hash, &slot.key) {
-            let old = std::mem::replace(&mut t.slots[i], slot);
-            let old_weight = std::mem::replace(&mut t.cold[i], Cold::new(hash, weight)).weight;
-            t.weight = t.weight - old_weight + weight;
-            let evicted = self.evict_to_fit(&mut t, now, cfg, Some(i));
-            drop(t);
-            drop((old, evicted));
-            self.counters.inserts.incr();
-            return Ok(WriteOutcome::Stored);
-        }
+        let (old, stored) = match (t.find(hash, &key), stored) {
+            (Some(At::Value(i)), Stored::Value(value)) => {
+                let slot = Slot::new(key, value, expires_at, now);
+                let old = t.replace_value(i, slot, hash, weight);
+                let evicted = self.evict_to_fit(&mut t, now, cfg, Some(At::Value(i)));
+                drop(t);
+                drop((old, evicted));
+                self.counters.inserts.incr();
+                return Ok(WriteOutcome::Stored);
+            }
+            (Some(At::Error(i)), Stored::Error(error)) => {
+                let old = t.replace_error(i, ErrorSlot::new(key, error, hash, expires_at, now));
+                drop(t);
+                drop(old);
+                self.counters.inserts.incr();
+                return Ok(WriteOutcome::Stored);
+            }
+            // A value replacing a cached error or the other way round: the old entry leaves
+            // its array and the new one is inserted like a new key.
+            (Some(at), stored) => (Some(t.remove_at(at)), stored),
+            (None, stored) => (None, stored),
+        };
         let mut evicted = Evicted::new();
-        while t.weight + weight > t.capacity {
+        while t.weight + weight > t.capacity || t.len() >= MAX_ENTRIES {
             let Some(v) = t.choose_victim(now, cfg, None) else {
                 break;
             };
             if evicted.is_empty()
                 && let Some(sketch) = &self.sketch
-                && now < t.slots[v].expires_at
-                && !sketch.admit(hash, t.cold[v].hash)
+                && now < t.expires_at(v)
+                && !sketch.admit(hash, t.hash_of(v))
             {
                 drop(t);
+                drop((old, key, stored));
                 self.counters.rejections.incr();
                 return Ok(WriteOutcome::Declined);
             }
@@ -625,9 +414,14 @@ impl<K: Eq, V: Clone> Shard<K, V> {
             self.count_removal(&victim, now);
             evicted.push(victim);
         }
-        t.push(slot, hash, weight);
+        match stored {
+            Stored::Value(value) => {
+                t.push_value(Slot::new(key, value, expires_at, now), hash, weight)
+            }
+            Stored::Error(error) => t.push_error(ErrorSlot::new(key, error, hash, expires_at, now)),
+        }
         drop(t);
-        drop(evicted);
+        drop((old, evicted));
         self.counters.inserts.incr();
         Ok(WriteOutcome::Stored)
     }
@@ -649,31 +443,21 @@ impl<K: Eq, V: Clone> Shard<K, V> {
     ) -> Result<WriteOutcome, InsertError> {
         {
             let t = self.table.read();
-            if let Some(i) = t.find(hash, &key) {
-                let s = &t.slots[i];
-                if matches!(s.stored, Stored::Value(_)) && !s.is_dead(now, cfg.swr_ms) {
-                    t.cold[i].refresh_gate.store(retry_at, Ordering::Release);
-                    return Ok(WriteOutcome::Stored);
-                }
+            if let Some(i) = t.find_value(hash, &key)
+                && now < t.slot(i).usable_until(cfg.swr_ms)
+            {
+                t.cold(i).refresh_gate.store(retry_at, Ordering::Release);
+                return Ok(WriteOutcome::Stored);
             }
         }
         match expires_at {
-            Some(at) => self.write(
-                hash,
-                key,
-                Stored::Error(Box::new(error)),
-                at,
-                1,
-                now,
-                cfg,
-                mode,
-            ),
+            Some(at) => self.write(hash, key, Stored::Error(error), at, 1, now, cfg, mode),
             None => Ok(WriteOutcome::Expired),
         }
     }
 
-    fn count_removal(&self, victim: &Slot<K, V>, now: u64) {
-        if now >= victim.expires_at {
+    fn count_removal(&self, victim: &Removed<K, V>, now: u64) {
+        if now >= victim.expires_at() {
             self.counters.expirations.incr();
         } else {
             self.counters.evictions.incr();
@@ -686,18 +470,13 @@ impl<K: Eq, V: Clone> Shard<K, V> {
         t: &mut WriteGuard<'_, Table<K, V>>,
         now: u64,
         cfg: &ShardConfig,
-        mut keep: Option<usize>,
+        mut keep: Option<At>,
     ) -> Evicted<K, V> {
         let mut evicted = Evicted::new();
         while t.weight > t.capacity {
-            let Some(v) = t.choose_victim(now, cfg, keep) else {
+            let Some(victim) = t.evict_one(now, cfg, &mut keep) else {
                 break;
             };
-            let last = t.slots.len() - 1;
-            let victim = t.remove_at(v);
-            if keep == Some(last) {
-                keep = Some(v);
-            }
             self.count_removal(&victim, now);
             evicted.push(victim);
         }
@@ -712,12 +491,9 @@ impl<K: Eq, V: Clone> Shard<K, V> {
     {
         let mut t = self.table.write();
         self.bump_fence(hash);
-        let slot = t.remove_key(hash, q);
+        let removed = t.remove_key(hash, q);
         drop(t);
-        match slot?.stored {
-            Stored::Value(v) => Some(v),
-            Stored::Error(_) => None,
-        }
+        removed?.into_value()
     }
 
     /// Removes everything and fences every fill that started earlier. Returns the number removed.
@@ -726,26 +502,15 @@ impl<K: Eq, V: Clone> Shard<K, V> {
         for f in &self.fences {
             f.fetch_add(1, Ordering::Release);
         }
-        let slots = std::mem::take(&mut t.slots);
-        t.cold = Vec::new();
-        t.index.clear();
-        t.weight = 0;
-        t.pool.clear();
+        let (slots, errors) = t.take_all();
         drop(t);
-        slots.len()
+        slots.len() + errors.len()
     }
 
     /// Removes every entry past its TTL and stale window. O(entries in this shard).
     pub(crate) fn purge_expired(&self, now: u64, swr_ms: u64) -> usize {
         let mut t = self.table.write();
-        let mut removed = Vec::new();
-        let mut i = t.slots.len();
-        while i > 0 {
-            i -= 1;
-            if t.slots[i].is_dead(now, swr_ms) {
-                removed.push(t.remove_at(i));
-            }
-        }
+        let removed = t.remove_dead(now, swr_ms);
         drop(t);
         self.counters.expirations.add(removed.len() as u64);
         removed.len()
@@ -763,13 +528,12 @@ impl<K: Eq, V: Clone> Shard<K, V> {
     /// Evicts `ceil(len * fraction)` entries chosen by the eviction policy.
     pub(crate) fn shrink(&self, fraction: f64, now: u64, cfg: &ShardConfig) -> usize {
         let mut t = self.table.write();
-        let target = ((t.slots.len() as f64) * fraction).ceil() as usize;
+        let target = ((t.len() as f64) * fraction).ceil() as usize;
         let mut evicted = Evicted::new();
         while evicted.len() < target {
-            let Some(v) = t.choose_victim(now, cfg, None) else {
+            let Some(victim) = t.evict_one(now, cfg, &mut None) else {
                 break;
             };
-            let victim = t.remove_at(v);
             self.count_removal(&victim, now);
             evicted.push(victim);
         }
@@ -778,7 +542,7 @@ impl<K: Eq, V: Clone> Shard<K, V> {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.table.read().slots.len()
+        self.table.read().len()
     }
 
     pub(crate) fn weight(&self) -> u64 {
@@ -788,7 +552,7 @@ impl<K: Eq, V: Clone> Shard<K, V> {
     /// Entry count and weight read together.
     pub(crate) fn size(&self) -> (usize, u64) {
         let t = self.table.read();
-        (t.slots.len(), t.weight)
+        (t.len(), t.weight)
     }
 }
 
@@ -834,22 +598,22 @@ mod tests {
 
     #[test]
     fn a_u64_slot_keeps_only_what_a_hit_reads() {
-        assert_eq!(std::mem::size_of::<Slot<u64, u64>>(), 40);
+        assert_eq!(std::mem::size_of::<Slot<u64, u64>>(), 32);
     }
 
     #[test]
     fn slot_array_never_grows_past_the_capacity() {
-        let s: Shard<u64, u64> = Shard::new(1000, 16, 1, false);
+        let s: Shard<u64, u64> = Shard::new(1000, 16, 1, false, 1);
         for k in 0..5000 {
             put(&s, k, 0);
         }
         assert_eq!(s.len(), 1000);
-        assert_eq!(s.table.read().slots.capacity(), 1000);
+        assert_eq!(s.table.read().slot_capacity(), 1000);
     }
 
     #[test]
     fn swap_remove_keeps_index_consistent() {
-        let s: Shard<u64, u64> = Shard::new(100, 16, 1, false);
+        let s: Shard<u64, u64> = Shard::new(100, 16, 1, false, 1);
         for k in 0..50 {
             put(&s, k, 0);
         }
@@ -858,7 +622,7 @@ mod tests {
         }
         for k in 0..50 {
             let expect = (k % 3 != 0).then_some(k);
-            assert_eq!(s.get(h(k), &k, 0), expect, "key {k}");
+            assert_eq!(s.get(h(k), &k, 0, &HitCounters::new()), expect, "key {k}");
         }
         assert_eq!(s.len(), 50 - 17);
     }
@@ -867,7 +631,7 @@ mod tests {
     fn eviction_prefers_the_least_recently_used_with_a_pool() {
         // 100 entries touched at times 1..=100; then insert 50 more. With sampling + pool the
         // survivors should be skewed to recent ones.
-        let s: Shard<u64, u64> = Shard::new(100, 16, 7, false);
+        let s: Shard<u64, u64> = Shard::new(100, 16, 7, false, 1);
         for k in 0..100 {
             put(&s, k, k + 1);
         }
@@ -883,9 +647,144 @@ mod tests {
         );
     }
 
+    /// Capacity 2 holds keys 1 (stored at t=0) and 2 (t=5); key 1 is read at t=50; key 3
+    /// then evicts one of them. Returns whether key 1 survived.
+    fn read_then_evict(recency_ms: u64) -> bool {
+        let s: Shard<u64, u64> = Shard::new(2, 0, 3, false, recency_ms);
+        let c = ShardConfig {
+            samples: 16,
+            swr_ms: 0,
+        };
+        for (k, t) in [(1, 0), (2, 5)] {
+            s.write(h(k), k, Stored::Value(k), NEVER, 1, t, &c, WriteMode::Plain)
+                .unwrap();
+        }
+        assert_eq!(s.get(h(1), &1, 50, &HitCounters::new()), Some(1));
+        s.write(
+            h(3),
+            3,
+            Stored::Value(3),
+            NEVER,
+            1,
+            60,
+            &c,
+            WriteMode::Plain,
+        )
+        .unwrap();
+        s.contains(h(1), &1, 60)
+    }
+
+    #[test]
+    fn a_read_is_recorded_once_the_stamp_is_a_resolution_old() {
+        assert!(read_then_evict(1), "read 50 ms after its store: recorded");
+        assert!(read_then_evict(50), "exactly one resolution old: recorded");
+        assert!(
+            !read_then_evict(100),
+            "within the resolution: not recorded, so key 1 is still the oldest"
+        );
+    }
+
+    fn put_error(s: &Shard<u64, u64>, k: u64, expires_at: u64) -> WriteOutcome {
+        let error: ErasedError = Arc::new(format!("error {k}"));
+        s.write(
+            h(k),
+            k,
+            Stored::Error(error),
+            expires_at,
+            1,
+            0,
+            &cfg(),
+            WriteMode::Plain,
+        )
+        .unwrap()
+    }
+
+    fn probe_kind(s: &Shard<u64, u64>, k: u64, now: u64) -> &'static str {
+        match s.probe(h(k), &k, now, 0, &HitCounters::new()) {
+            Probe::Fresh(v) => {
+                assert_eq!(v, k);
+                "value"
+            }
+            Probe::Negative(e) => {
+                assert_eq!(e.downcast_ref::<String>(), Some(&format!("error {k}")));
+                "error"
+            }
+            Probe::Stale { .. } => "stale",
+            Probe::Miss => "miss",
+        }
+    }
+
+    #[test]
+    fn values_and_cached_errors_replace_each_other_and_survive_swaps() {
+        let s: Shard<u64, u64> = Shard::new(100, 16, 5, false, 1);
+        for k in 0..40 {
+            if k % 2 == 0 {
+                put(&s, k, 0);
+            } else {
+                put_error(&s, k, NEVER);
+            }
+        }
+        // Swap kinds for every third key, remove every fifth: both arrays swap-remove.
+        for k in (0..40).step_by(3) {
+            if k % 2 == 0 {
+                put_error(&s, k, NEVER);
+            } else {
+                put(&s, k, 0);
+            }
+        }
+        for k in (0..40).step_by(5) {
+            s.remove(h(k), &k);
+        }
+        for k in 0..40 {
+            let value = (k % 2 == 0) != (k % 3 == 0);
+            let expect = if k % 5 == 0 {
+                "miss"
+            } else if value {
+                "value"
+            } else {
+                "error"
+            };
+            assert_eq!(probe_kind(&s, k, 1), expect, "key {k}");
+            // `get` serves values only.
+            assert_eq!(
+                s.get(h(k), &k, 1, &HitCounters::new()).is_some(),
+                expect == "value"
+            );
+        }
+        assert_eq!(s.len(), 32);
+        assert_eq!(s.weight(), 32);
+    }
+
+    #[test]
+    fn cached_errors_count_toward_capacity_and_are_evicted() {
+        let s: Shard<u64, u64> = Shard::new(10, 16, 9, false, 1);
+        for k in 0..10 {
+            put_error(&s, k, NEVER);
+        }
+        for k in 10..30 {
+            put(&s, k, 1);
+            assert!(s.len() <= 10);
+        }
+        assert_eq!(s.len(), 10);
+        let errors_left = (0..10).filter(|&k| probe_kind(&s, k, 2) == "error").count();
+        assert!(errors_left < 10, "sampling reaches the error array too");
+        // A dead cached error is evicted before any value.
+        let s: Shard<u64, u64> = Shard::new(3, 16, 9, false, 1);
+        put(&s, 1, 0);
+        put(&s, 2, 0);
+        put_error(&s, 3, 5);
+        put(&s, 4, 10);
+        assert_eq!(probe_kind(&s, 3, 10), "miss");
+        assert_eq!(s.counters.expirations.get(), 1);
+        assert_eq!(
+            (probe_kind(&s, 1, 10), probe_kind(&s, 2, 10)),
+            ("value", "value")
+        );
+    }
+
     #[test]
     fn dead_samples_are_evicted_first() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false);
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1);
         let c = cfg();
         for k in 0..10 {
             let exp = if k == 4 { 5 } else { NEVER };
@@ -901,7 +800,7 @@ mod tests {
 
     #[test]
     fn fenced_write_is_dropped_after_a_remove() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false);
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1);
         let f = s.fence(h(1));
         assert_eq!(s.remove(h(1), &1), None);
         let out = s
@@ -940,7 +839,7 @@ mod tests {
             samples: 5,
             swr_ms: 100,
         };
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false);
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1);
         s.write(h(1), 1, Stored::Value(1), 10, 1, 0, &c, WriteMode::Plain)
             .unwrap();
         assert!(

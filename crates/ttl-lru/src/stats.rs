@@ -1,8 +1,10 @@
-//! Counters: per shard and cache-padded (hits never write a counter another shard's hits touch),
-//! summed into a [`Stats`] snapshot on demand. Read-through counters live per cache; they are only
+//! Counters: per shard and cache-padded, except hits (per thread, see `hits.rs`), summed into a
+//! [`Stats`] snapshot on demand. Read-through counters live per cache; they are only
 //! written on misses.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::hits::{Hit, HitCounters};
 
 /// Aligns its content to its own 128-byte block so two hot counters never share a cache line.
 #[derive(Debug, Default)]
@@ -37,9 +39,7 @@ impl Counter {
 /// Counters written under a shard's lock or on its hit path.
 #[derive(Debug, Default)]
 pub(crate) struct ShardCounters {
-    pub(crate) hits: Counter,
     pub(crate) misses: Counter,
-    pub(crate) stale_hits: Counter,
     pub(crate) negative_hits: Counter,
     pub(crate) inserts: Counter,
     pub(crate) evictions: Counter,
@@ -105,14 +105,17 @@ pub struct Stats {
 
 impl Stats {
     pub(crate) fn add_shard(&mut self, c: &ShardCounters) {
-        self.hits += c.hits.get();
         self.misses += c.misses.get();
-        self.stale_hits += c.stale_hits.get();
         self.negative_hits += c.negative_hits.get();
         self.inserts += c.inserts.get();
         self.evictions += c.evictions.get();
         self.expirations += c.expirations.get();
         self.rejections += c.rejections.get();
+    }
+
+    pub(crate) fn add_hits(&mut self, c: &HitCounters) {
+        self.hits += c.get(Hit::Fresh);
+        self.stale_hits += c.get(Hit::Stale);
     }
 
     pub(crate) fn add_fills(&mut self, c: &FillCounters) {

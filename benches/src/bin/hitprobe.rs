@@ -1,0 +1,54 @@
+//! One store's get-hit cost in isolation: builds only the named store, fills it with `entries`
+//! keys, then times `gets` lookups of those keys in a scattered order and prints ns per get.
+//!
+//! The criterion `get_hit` group builds every store before it measures any, and runs long; this
+//! is the small, single-store program to put under `perf record`, `valgrind --tool=cachegrind`
+//! or a loop of interleaved runs when comparing two builds of one store (docs/benchmarks.md).
+//!
+//! `cargo run --release -p benches --bin hitprobe -- <ttl-lru|quick_cache|floor> [entries] [gets]`
+
+use benches::stores::{QuickCache, ShardedFloor, Store, TtlLruStore};
+use benches::zipf::scatter;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let number = |i: usize, default: usize| {
+        args.get(i).map_or(Ok(default), |a| {
+            a.replace('_', "")
+                .parse()
+                .map_err(|_| format!("not a count: {a}"))
+        })
+    };
+    let (entries, gets) = match (number(1, 100_000), number(2, 2_000_000)) {
+        (Ok(e), Ok(g)) if e > 0 => (e, g),
+        (Err(msg), _) | (_, Err(msg)) => return usage(&msg),
+        _ => return usage("entries must be at least 1"),
+    };
+    let store: Box<dyn Store> = match args.first().map(String::as_str) {
+        Some("ttl-lru") => Box::new(TtlLruStore::new(entries)),
+        Some("quick_cache") => Box::new(QuickCache::new(entries)),
+        Some("floor") => Box::new(ShardedFloor::new(entries, 64)),
+        other => return usage(&format!("unknown store {other:?}")),
+    };
+    let keys: Vec<u64> = (0..entries as u64).map(scatter).collect();
+    for chunk in keys.chunks(65_536) {
+        store.insert_all(chunk);
+    }
+    store.settle();
+    let order: Vec<u64> = (0..gets as u64)
+        .map(|i| keys[(scatter(i) % entries as u64) as usize])
+        .collect();
+    let started = std::time::Instant::now();
+    let hits = store.get_all(&order);
+    let ns = started.elapsed().as_nanos() as f64 / gets.max(1) as f64;
+    println!(
+        "{} entries={entries} gets={gets} hits={hits} ns/get={ns:.1}",
+        store.name()
+    );
+}
+
+fn usage(problem: &str) {
+    eprintln!("hitprobe: {problem}");
+    eprintln!("usage: hitprobe <ttl-lru|quick_cache|floor> [entries=100000] [gets=2000000]");
+    std::process::exit(2);
+}

@@ -1,0 +1,549 @@
+//! The storage of one shard: dense entry arrays, an index from key to entry, and sampled
+//! eviction. Everything here runs under the shard's lock (`shard.rs` takes it); nothing here
+//! locks or waits.
+//!
+//! Layout. Values live in `slots`, which hold only what a hit reads (key, value, expiry, recency);
+//! the rest of each value entry (hash, weight, refresh gate) is in the parallel `cold` array.
+//! Cached fill errors (negative caching) live in their own array, `errors`, so a value slot
+//! carries no value-or-error tag: a `u64 -> u64` slot is 32 bytes, two to a cache line and none
+//! straddling two. A hit reads one slot at a random place, so at 100K+ entries the slot array's
+//! size decides whether that read is served from the last-level cache (measured in
+//! docs/benchmarks.md: 64-byte slots ~117 ns per get at 100K entries, 40-byte ones ~82).
+//!
+//! `index` (a `hashbrown::HashTable<u32>` keyed by the precomputed key hash) maps a key to its
+//! place, an [`At`]: the top bit says which array. Deleting swap-removes, so neither array has
+//! holes and a random number below `slots.len() + errors.len()` names a uniformly random entry:
+//! sampling `k` victims is O(k) at any size. The swap moves one entry, whose index entry is found
+//! by hash and place (one probe, no key comparison).
+
+use std::borrow::Borrow;
+
+use hashbrown::HashTable;
+
+use crate::pool::{Candidate, EvictionPool};
+use crate::rng::XorShift64;
+use crate::shard::{ErasedError, ShardConfig};
+use crate::sync::{AtomicU64, Ordering};
+
+/// Live entries rank above every stale entry (ranks of stale entries are their expiry time).
+const LIVE_RANK_BASE: u64 = 1 << 62;
+/// The index's marker for a place in `errors` rather than `slots`.
+const ERROR_BIT: u32 = 1 << 31;
+/// Entries one shard can hold (places must fit the index's 31 bits). A shard this full evicts
+/// before it inserts, as if it were at capacity.
+pub(crate) const MAX_ENTRIES: usize = ERROR_BIT as usize - 1;
+
+/// A cached value: everything a hit reads, and nothing else.
+pub(crate) struct Slot<K, V> {
+    key: K,
+    pub(crate) value: V,
+    /// Fresh while `now < expires_at`.
+    pub(crate) expires_at: u64,
+    /// Coarse-clock millisecond of the last access (relaxed: a recency hint, never a decision).
+    /// In the slot, not the cold record: a hit that had to read a second line to update it was
+    /// measured slower (101 against 82 ns at 100K entries).
+    last_access: AtomicU64,
+}
+
+impl<K, V> Slot<K, V> {
+    pub(crate) fn new(key: K, value: V, expires_at: u64, now: u64) -> Self {
+        Self {
+            key,
+            value,
+            expires_at,
+            last_access: AtomicU64::new(now),
+        }
+    }
+
+    /// The end of the window in which the value may still be served (stale past `expires_at`).
+    #[inline]
+    pub(crate) fn usable_until(&self, swr_ms: u64) -> u64 {
+        self.expires_at.saturating_add(swr_ms)
+    }
+
+    /// Records an access at `now`, unless the recorded one is less than `every_ms` (at least 1)
+    /// old: a hit then writes nothing, so the slot's cache line stays clean. (Measured at 100K
+    /// entries, writing on every hit cost ~10 ns per get: the dirtied lines double the memory
+    /// traffic of a read-mostly workload.)
+    #[inline]
+    pub(crate) fn touch(&self, now: u64, every_ms: u64) {
+        if now.saturating_sub(self.last_access.load(Ordering::Relaxed)) >= every_ms {
+            self.last_access.store(now, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The cold part of the value at the same index in `slots`: never read by a fresh hit.
+pub(crate) struct Cold {
+    /// The key's full hash: re-locates the entry in the index (swaps, pooled candidates).
+    hash: u64,
+    weight: u64,
+    /// A stale-while-revalidate refresh may start when `now >= refresh_gate`; `GATE_BUSY` (in
+    /// `shard.rs`) while one runs; a failed refresh sets it to the retry time.
+    pub(crate) refresh_gate: AtomicU64,
+}
+
+impl Cold {
+    fn new(hash: u64, weight: u64) -> Self {
+        Self {
+            hash,
+            weight,
+            refresh_gate: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A cached fill error. Weighs 1; served (as a negative hit) only until `expires_at`, with no
+/// stale window.
+pub(crate) struct ErrorSlot<K> {
+    key: K,
+    pub(crate) error: ErasedError,
+    pub(crate) expires_at: u64,
+    hash: u64,
+    /// When it was stored: its recency for eviction (negative hits do not refresh it).
+    stored_at: u64,
+}
+
+impl<K> ErrorSlot<K> {
+    pub(crate) fn new(key: K, error: ErasedError, hash: u64, expires_at: u64, now: u64) -> Self {
+        Self {
+            key,
+            error,
+            expires_at,
+            hash,
+            stored_at: now,
+        }
+    }
+}
+
+/// Where an entry lives: which array, which place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum At {
+    Value(usize),
+    Error(usize),
+}
+
+impl At {
+    #[inline]
+    fn encode(self) -> u32 {
+        // Places stay below `MAX_ENTRIES` (checked where entries are pushed), so they fit.
+        match self {
+            At::Value(i) => i as u32,
+            At::Error(i) => i as u32 | ERROR_BIT,
+        }
+    }
+
+    #[inline]
+    fn decode(j: u32) -> Self {
+        if j & ERROR_BIT == 0 {
+            At::Value(j as usize)
+        } else {
+            At::Error((j & !ERROR_BIT) as usize)
+        }
+    }
+}
+
+/// An entry taken out of the table. Holds user data (key, value): the caller drops it after
+/// releasing the lock.
+pub(crate) enum Removed<K, V> {
+    Value(Slot<K, V>),
+    Error(ErrorSlot<K>),
+}
+
+impl<K, V> Removed<K, V> {
+    pub(crate) fn expires_at(&self) -> u64 {
+        match self {
+            Removed::Value(s) => s.expires_at,
+            Removed::Error(e) => e.expires_at,
+        }
+    }
+
+    pub(crate) fn into_value(self) -> Option<V> {
+        match self {
+            Removed::Value(s) => Some(s.value),
+            Removed::Error(_) => None,
+        }
+    }
+}
+
+/// The lock-protected part of a shard.
+pub(crate) struct Table<K, V> {
+    slots: Vec<Slot<K, V>>,
+    /// `cold[i]` belongs to `slots[i]`: the two are pushed and swap-removed together.
+    cold: Vec<Cold>,
+    errors: Vec<ErrorSlot<K>>,
+    index: HashTable<u32>,
+    pub(crate) weight: u64,
+    pub(crate) capacity: u64,
+    pool: EvictionPool,
+    rng: XorShift64,
+}
+
+/// The hash of the entry an index word names (for the index's own rehashing).
+#[inline]
+fn hash_at<K>(cold: &[Cold], errors: &[ErrorSlot<K>], j: u32) -> u64 {
+    match At::decode(j) {
+        At::Value(i) => cold[i].hash,
+        At::Error(i) => errors[i].hash,
+    }
+}
+
+impl<K: Eq, V> Table<K, V> {
+    pub(crate) fn new(capacity: u64, pool_size: usize, seed: u64) -> Self {
+        Self {
+            slots: Vec::new(),
+            cold: Vec::new(),
+            errors: Vec::new(),
+            index: HashTable::new(),
+            weight: 0,
+            capacity,
+            pool: EvictionPool::new(pool_size),
+            rng: XorShift64::new(seed),
+        }
+    }
+
+    /// Entries held, values and cached errors.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len() + self.errors.len()
+    }
+
+    #[inline]
+    pub(crate) fn slot(&self, i: usize) -> &Slot<K, V> {
+        &self.slots[i]
+    }
+
+    #[inline]
+    pub(crate) fn cold(&self, i: usize) -> &Cold {
+        &self.cold[i]
+    }
+
+    #[inline]
+    pub(crate) fn error(&self, i: usize) -> &ErrorSlot<K> {
+        &self.errors[i]
+    }
+
+    /// Where `q`'s entry is, value or cached error.
+    #[inline]
+    pub(crate) fn find<Q>(&self, hash: u64, q: &Q) -> Option<At>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let (slots, errors) = (&self.slots, &self.errors);
+        self.index
+            .find(hash, |&j| match At::decode(j) {
+                At::Value(i) => slots[i].key.borrow() == q,
+                At::Error(i) => errors[i].key.borrow() == q,
+            })
+            .map(|&j| At::decode(j))
+    }
+
+    /// The place of `q`'s value, if it has one (a cached error is not a value). The hit path:
+    /// one index probe and one slot read.
+    #[inline]
+    pub(crate) fn find_value<Q>(&self, hash: u64, q: &Q) -> Option<usize>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&j| {
+                j & ERROR_BIT == 0 && slots[j as usize].key.borrow() == q
+            })
+            .map(|&j| j as usize)
+    }
+
+    /// The full hash of the entry at `at`.
+    #[inline]
+    pub(crate) fn hash_of(&self, at: At) -> u64 {
+        hash_at(&self.cold, &self.errors, at.encode())
+    }
+
+    pub(crate) fn expires_at(&self, at: At) -> u64 {
+        match at {
+            At::Value(i) => self.slots[i].expires_at,
+            At::Error(i) => self.errors[i].expires_at,
+        }
+    }
+
+    /// Past its TTL and its stale window (errors have none): may be dropped at once.
+    #[inline]
+    fn is_dead(&self, at: At, now: u64, swr_ms: u64) -> bool {
+        match at {
+            At::Value(i) => now >= self.slots[i].usable_until(swr_ms),
+            At::Error(i) => now >= self.errors[i].expires_at,
+        }
+    }
+
+    /// Eviction rank, smaller is a better victim: stale entries by expiry, then live ones by
+    /// recency.
+    #[inline]
+    fn rank(&self, at: At, now: u64) -> u64 {
+        let (expires_at, last_access) = match at {
+            At::Value(i) => {
+                let s = &self.slots[i];
+                (s.expires_at, s.last_access.load(Ordering::Relaxed))
+            }
+            At::Error(i) => (self.errors[i].expires_at, self.errors[i].stored_at),
+        };
+        if now >= expires_at {
+            expires_at.min(LIVE_RANK_BASE - 1)
+        } else {
+            LIVE_RANK_BASE.saturating_add(last_access)
+        }
+    }
+
+    /// Finds an entry by hash alone (re-locates pooled candidates).
+    fn find_by_hash(&self, hash: u64) -> Option<At> {
+        let (cold, errors) = (&self.cold, &self.errors);
+        self.index
+            .find(hash, |&j| hash_at(cold, errors, j) == hash)
+            .map(|&j| At::decode(j))
+    }
+
+    /// Adds a value for a key that has no entry. The caller has made room.
+    pub(crate) fn push_value(&mut self, slot: Slot<K, V>, hash: u64, weight: u64) {
+        debug_assert!(self.len() < MAX_ENTRIES, "the caller evicts at MAX_ENTRIES");
+        if self.slots.len() == self.slots.capacity() {
+            // Grow by doubling, but never past the shard's capacity (every entry weighs at least
+            // 1), so a full cache does not carry up to 2x unused slot memory.
+            let len = self.slots.len();
+            let room = usize::try_from(self.capacity)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(len);
+            self.slots.reserve_exact(len.max(4).min(room).max(1));
+            self.cold
+                .reserve_exact(self.slots.capacity() - self.cold.len());
+        }
+        let at = At::Value(self.slots.len()).encode();
+        self.weight += weight;
+        self.slots.push(slot);
+        self.cold.push(Cold::new(hash, weight));
+        let (cold, errors) = (&self.cold, &self.errors);
+        self.index
+            .insert_unique(hash, at, |&j| hash_at(cold, errors, j));
+    }
+
+    /// Adds a cached error for a key that has no entry. The caller has made room.
+    pub(crate) fn push_error(&mut self, error: ErrorSlot<K>) {
+        debug_assert!(self.len() < MAX_ENTRIES, "the caller evicts at MAX_ENTRIES");
+        let at = At::Error(self.errors.len()).encode();
+        let hash = error.hash;
+        self.weight += 1;
+        self.errors.push(error);
+        let (cold, errors) = (&self.cold, &self.errors);
+        self.index
+            .insert_unique(hash, at, |&j| hash_at(cold, errors, j));
+    }
+
+    /// Replaces the value at `i` (same key), resetting its refresh gate. Returns the old slot.
+    pub(crate) fn replace_value(
+        &mut self,
+        i: usize,
+        slot: Slot<K, V>,
+        hash: u64,
+        weight: u64,
+    ) -> Slot<K, V> {
+        let old_weight = std::mem::replace(&mut self.cold[i], Cold::new(hash, weight)).weight;
+        self.weight = self.weight - old_weight + weight;
+        std::mem::replace(&mut self.slots[i], slot)
+    }
+
+    /// Replaces the cached error at `i` (same key). Returns the old one.
+    pub(crate) fn replace_error(&mut self, i: usize, error: ErrorSlot<K>) -> ErrorSlot<K> {
+        std::mem::replace(&mut self.errors[i], error)
+    }
+
+    /// Points the index entry of the entry that was at `from` to `to` (after a swap-remove).
+    fn repoint(&mut self, hash: u64, from: At, to: At) {
+        let (from, to) = (from.encode(), to.encode());
+        match self.index.find_mut(hash, |&j| j == from) {
+            Some(j) => *j = to,
+            None => debug_assert!(false, "moved entry missing from the index"),
+        }
+    }
+
+    /// Swap-removes the entry at `at`, fixing the index of the entry moved into its place.
+    pub(crate) fn remove_at(&mut self, at: At) -> Removed<K, V> {
+        let hash = self.hash_of(at);
+        let word = at.encode();
+        match self.index.find_entry(hash, |&j| j == word) {
+            Ok(e) => {
+                e.remove();
+            }
+            Err(_) => debug_assert!(false, "{at:?} missing from the index"),
+        }
+        match at {
+            At::Value(i) => {
+                let last = self.slots.len() - 1;
+                if i != last {
+                    let moved = self.cold[last].hash;
+                    self.repoint(moved, At::Value(last), at);
+                }
+                self.weight -= self.cold.swap_remove(i).weight;
+                Removed::Value(self.slots.swap_remove(i))
+            }
+            At::Error(i) => {
+                let last = self.errors.len() - 1;
+                if i != last {
+                    let moved = self.errors[last].hash;
+                    self.repoint(moved, At::Error(last), at);
+                }
+                self.weight -= 1;
+                Removed::Error(self.errors.swap_remove(i))
+            }
+        }
+    }
+
+    pub(crate) fn remove_key<Q>(&mut self, hash: u64, q: &Q) -> Option<Removed<K, V>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        self.find(hash, q).map(|at| self.remove_at(at))
+    }
+
+    /// The entry a uniformly random draw below `len()` names.
+    #[inline]
+    fn at_draw(&self, r: usize) -> At {
+        match r.checked_sub(self.slots.len()) {
+            None => At::Value(r),
+            Some(e) => At::Error(e),
+        }
+    }
+
+    /// Whether `at` still names the entry with `hash` (a pooled candidate's place is a hint).
+    fn still_at(&self, at: At, hash: u64) -> bool {
+        match at {
+            At::Value(i) => self.cold.get(i).is_some_and(|c| c.hash == hash),
+            At::Error(i) => self.errors.get(i).is_some_and(|e| e.hash == hash),
+        }
+    }
+
+    /// Picks an eviction victim other than `exclude`: an already-dead sample at once, otherwise the
+    /// best of `samples` random entries merged with the candidate pool. O(samples + pool), never a
+    /// walk.
+    pub(crate) fn choose_victim(
+        &mut self,
+        now: u64,
+        cfg: &ShardConfig,
+        exclude: Option<At>,
+    ) -> Option<At> {
+        let len = self.len();
+        if len == 0 || (len == 1 && exclude.is_some()) {
+            return None;
+        }
+        let mut best: Option<(u64, At)> = None;
+        for _ in 0..cfg.samples.max(1) {
+            let draw = self.rng.below(len);
+            let at = self.at_draw(draw);
+            if Some(at) == exclude {
+                continue;
+            }
+            if self.is_dead(at, now, cfg.swr_ms) {
+                return Some(at);
+            }
+            let rank = self.rank(at, now);
+            if self.pool.is_enabled() {
+                // Most samples lose to every pooled candidate: skip them before reading their
+                // hash from the cold array.
+                if !self.pool.would_reject(rank) {
+                    self.pool.offer(Candidate {
+                        rank,
+                        hash: self.hash_of(at),
+                        idx: at.encode(),
+                    });
+                }
+            } else if best.is_none_or(|(r, _)| rank < r) {
+                best = Some((rank, at));
+            }
+        }
+        if self.pool.is_enabled() {
+            while let Some(c) = self.pool.pop_best() {
+                let hinted = At::decode(c.idx);
+                let at = if self.still_at(hinted, c.hash) {
+                    Some(hinted)
+                } else {
+                    self.find_by_hash(c.hash)
+                };
+                let Some(at) = at else { continue };
+                if Some(at) == exclude {
+                    continue;
+                }
+                let rank = self.rank(at, now);
+                if rank <= c.rank || self.pool.best_rank().is_none_or(|b| rank <= b) {
+                    return Some(at);
+                }
+                // Touched since it was pooled: re-rank it and look again.
+                self.pool.offer(Candidate {
+                    rank,
+                    hash: c.hash,
+                    idx: at.encode(),
+                });
+            }
+        } else if let Some((_, at)) = best {
+            return Some(at);
+        }
+        // Every sample hit `exclude` (tiny shards): take any other entry.
+        (0..len)
+            .map(|r| self.at_draw(r))
+            .find(|&at| Some(at) != exclude)
+    }
+
+    /// Evicts one victim other than `keep`, keeping `keep` pointed at its entry if the
+    /// swap-remove moved it.
+    pub(crate) fn evict_one(
+        &mut self,
+        now: u64,
+        cfg: &ShardConfig,
+        keep: &mut Option<At>,
+    ) -> Option<Removed<K, V>> {
+        let victim = self.choose_victim(now, cfg, *keep)?;
+        let removed = self.remove_at(victim);
+        // The array's last entry moved into the victim's place; after the removal the array's
+        // length is that last place.
+        *keep = match (victim, *keep) {
+            (At::Value(i), Some(At::Value(k))) if k == self.slots.len() => Some(At::Value(i)),
+            (At::Error(i), Some(At::Error(k))) if k == self.errors.len() => Some(At::Error(i)),
+            (_, keep) => keep,
+        };
+        Some(removed)
+    }
+
+    /// Removes every entry past its TTL and stale window. O(entries).
+    pub(crate) fn remove_dead(&mut self, now: u64, swr_ms: u64) -> Vec<Removed<K, V>> {
+        let mut removed = Vec::new();
+        // From the end: a swap-remove only moves an entry that was already checked.
+        for i in (0..self.errors.len()).rev() {
+            if self.is_dead(At::Error(i), now, swr_ms) {
+                removed.push(self.remove_at(At::Error(i)));
+            }
+        }
+        for i in (0..self.slots.len()).rev() {
+            if self.is_dead(At::Value(i), now, swr_ms) {
+                removed.push(self.remove_at(At::Value(i)));
+            }
+        }
+        removed
+    }
+
+    /// Empties the table. Returns the entries, to be dropped after the lock is released.
+    pub(crate) fn take_all(&mut self) -> (Vec<Slot<K, V>>, Vec<ErrorSlot<K>>) {
+        self.index.clear();
+        self.cold = Vec::new();
+        self.weight = 0;
+        self.pool.clear();
+        (
+            std::mem::take(&mut self.slots),
+            std::mem::take(&mut self.errors),
+        )
+    }
+
+    /// Capacity of the slot array (tests: it never outgrows the shard's capacity).
+    #[cfg(test)]
+    pub(crate) fn slot_capacity(&self) -> usize {
+        self.slots.capacity()
+    }
+}
