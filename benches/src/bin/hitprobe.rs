@@ -1,11 +1,13 @@
 //! One store's get-hit cost in isolation: builds only the named store, fills it with `entries`
-//! keys, then times `gets` lookups of those keys in a scattered order and prints ns per get.
+//! keys, then times `ops` lookups of those keys in a scattered order and prints ns per get. With
+//! `insert` as the fourth argument it times `ops` inserts of new keys instead (at capacity: each
+//! evicts).
 //!
 //! The criterion `get_hit` group builds every store before it measures any, and runs long; this
 //! is the small, single-store program to put under `perf record`, `valgrind --tool=cachegrind`
 //! or a loop of interleaved runs when comparing two builds of one store (docs/benchmarks.md).
 //!
-//! `cargo run --release -p benches --bin hitprobe -- <ttl-lru|quick_cache|floor> [entries] [gets]`
+//! `cargo run --release -p benches --bin hitprobe -- <ttl-lru|quick_cache|floor> [entries] [ops] [get|insert]`
 
 use benches::stores::{QuickCache, ShardedFloor, Store, TtlLruStore};
 use benches::zipf::scatter;
@@ -24,6 +26,11 @@ fn main() {
         (Err(msg), _) | (_, Err(msg)) => return usage(&msg),
         _ => return usage("entries must be at least 1"),
     };
+    let insert = match args.get(3).map(String::as_str) {
+        None | Some("get") => false,
+        Some("insert") => true,
+        Some(other) => return usage(&format!("unknown mode {other:?}")),
+    };
     let store: Box<dyn Store> = match args.first().map(String::as_str) {
         Some("ttl-lru") => Box::new(TtlLruStore::new(entries)),
         Some("quick_cache") => Box::new(QuickCache::new(entries)),
@@ -35,6 +42,19 @@ fn main() {
         store.insert_all(chunk);
     }
     store.settle();
+    if insert {
+        let fresh: Vec<u64> = (entries as u64..(entries + gets) as u64)
+            .map(scatter)
+            .collect();
+        let started = std::time::Instant::now();
+        store.insert_all(&fresh);
+        let ns = started.elapsed().as_nanos() as f64 / gets.max(1) as f64;
+        println!(
+            "{} entries={entries} inserts={gets} ns/insert={ns:.1}",
+            store.name()
+        );
+        return;
+    }
     let order: Vec<u64> = (0..gets as u64)
         .map(|i| keys[(scatter(i) % entries as u64) as usize])
         .collect();
@@ -49,6 +69,8 @@ fn main() {
 
 fn usage(problem: &str) {
     eprintln!("hitprobe: {problem}");
-    eprintln!("usage: hitprobe <ttl-lru|quick_cache|floor> [entries=100000] [gets=2000000]");
+    eprintln!(
+        "usage: hitprobe <ttl-lru|quick_cache|floor> [entries=100000] [ops=2000000] [get|insert]"
+    );
     std::process::exit(2);
 }

@@ -8,9 +8,10 @@
 //! The sums stay exact: a stripe has one writer at a time. A thread's stripe index is handed
 //! back only by its thread-local destructor, through a mutex, so the next thread to take the
 //! index sees every increment of the previous one. Threads beyond the cache's stripe count, and
-//! calls from thread-local destructors that run after this one, share a last overflow stripe
-//! with `fetch_add`.
+//! calls from thread-local destructors that run after the index was handed back, share one
+//! overflow stripe with `fetch_add`.
 
+use std::cell::Cell;
 use std::sync::Mutex;
 use std::sync::PoisonError;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -40,7 +41,8 @@ impl Stripe {
     }
 }
 
-/// A cache's fresh and stale hit counters, one stripe per thread plus the shared overflow.
+/// A cache's fresh and stale hit counters: the shared overflow stripe first, then one stripe
+/// per thread index (thread `i` owns `stripes[i + 1]`).
 #[derive(Debug)]
 pub(crate) struct HitCounters {
     stripes: Box<[CachePadded<Stripe>]>,
@@ -53,6 +55,7 @@ impl HitCounters {
         Self::with_stripes((cores * 2).clamp(1, 256))
     }
 
+    /// `owned` thread stripes after the overflow one.
     pub(crate) fn with_stripes(owned: usize) -> Self {
         Self {
             stripes: (0..=owned).map(|_| CachePadded::default()).collect(),
@@ -61,17 +64,16 @@ impl HitCounters {
 
     #[inline]
     pub(crate) fn record(&self, hit: Hit) {
-        let overflow = self.stripes.len() - 1;
-        match thread_index() {
-            Some(i) if i < overflow => {
+        // `thread_index` is `usize::MAX` for a thread without a stripe, so the add wraps to 0:
+        // the overflow stripe.
+        match self.stripes.get(thread_index().wrapping_add(1)) {
+            Some(own) if !std::ptr::eq(own, &self.stripes[0]) => {
                 // This thread is the stripe's only writer: no read-modify-write needed.
-                let c = self.stripes[i].counter(hit);
+                let c = own.counter(hit);
                 c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
             }
             _ => {
-                self.stripes[overflow]
-                    .counter(hit)
-                    .fetch_add(1, Ordering::Relaxed);
+                self.stripes[0].counter(hit).fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -91,36 +93,59 @@ static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 /// The next never-used index.
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
-/// This thread's stripe index, returned to `FREE` when the thread exits.
-struct Owned(usize);
+/// `INDEX` before this thread has taken a stripe index.
+const UNASSIGNED: usize = usize::MAX - 1;
+/// `INDEX` once the index is handed back (thread-local destructors running late): overflow.
+const RELEASED: usize = usize::MAX;
 
-impl Owned {
-    fn take() -> Self {
-        let mut free = FREE.lock().unwrap_or_else(PoisonError::into_inner);
-        let smallest = (0..free.len()).min_by_key(|&i| free[i]);
-        match smallest {
-            Some(i) => Owned(free.swap_remove(i)),
-            None => Owned(NEXT.fetch_add(1, Ordering::Relaxed)),
+thread_local! {
+    /// This thread's stripe index. A plain `Cell` with a constant initialiser, so reading it on
+    /// the hit path is one thread-local load (no lazy-initialisation or destructor state).
+    static INDEX: Cell<usize> = const { Cell::new(UNASSIGNED) };
+    /// Hands the index back when the thread exits; touched once, when the index is taken.
+    static RELEASE: Release = const { Release };
+}
+
+/// Returns this thread's index to `FREE` on thread exit.
+struct Release;
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let index = INDEX.try_with(|i| i.replace(RELEASED)).unwrap_or(RELEASED);
+        if index < UNASSIGNED {
+            FREE.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(index);
         }
     }
 }
 
-impl Drop for Owned {
-    fn drop(&mut self) {
-        FREE.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(self.0);
+/// This thread's stripe index; `usize::MAX` (no stripe: use the overflow) if the thread's
+/// thread-locals are being destroyed.
+#[inline]
+fn thread_index() -> usize {
+    match INDEX.try_with(Cell::get) {
+        Ok(UNASSIGNED) => assign(),
+        Ok(RELEASED) | Err(_) => usize::MAX,
+        Ok(index) => index,
     }
 }
 
-thread_local! {
-    static INDEX: Owned = Owned::take();
-}
-
-/// `None` once this thread's index has been handed back (during thread-local destruction).
-#[inline]
-fn thread_index() -> Option<usize> {
-    INDEX.try_with(|o| o.0).ok()
+#[cold]
+fn assign() -> usize {
+    // Register the destructor first: if that is no longer possible, take no index.
+    if RELEASE.try_with(|_| ()).is_err() {
+        return usize::MAX;
+    }
+    let index = {
+        let mut free = FREE.lock().unwrap_or_else(PoisonError::into_inner);
+        match (0..free.len()).min_by_key(|&i| free[i]) {
+            Some(i) => free.swap_remove(i),
+            None => NEXT.fetch_add(1, Ordering::Relaxed),
+        }
+    };
+    INDEX.with(|i| i.set(index));
+    index
 }
 
 #[cfg(all(test, not(herd_loom)))]
