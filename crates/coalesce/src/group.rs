@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::builder::{Config, GroupBuilder};
 use crate::flight::{Flight, FlightState, Lead, Phase, Wake};
+use crate::join::Join;
 use crate::lead::{LeadGuard, LeadId};
 use crate::leader::Leader;
 use crate::shard::{self, Entry, Shard, ShardMap};
@@ -174,10 +175,19 @@ where
     /// this follower was next in line.
     ///
     /// # Cancellation
-    /// Dropped while waiting: this caller leaves the queue; a lead handed to it but not yet
-    /// taken passes to the next follower. The returned [`Leader`] is a guard: dropping it
-    /// without [`Leader::finish`] hands the flight on in the same way.
-    pub async fn join(&self, key: K) -> Joined<'_, K, V, E> {
+    /// Nothing happens until the first poll (the key is entered then), so a future dropped
+    /// before it has changed nothing. Dropped while waiting: this caller leaves the queue; a
+    /// lead handed to it but not yet taken passes to the next follower. The returned
+    /// [`Leader`] is a guard: dropping it without [`Leader::finish`] hands the flight on in
+    /// the same way.
+    pub fn join(&self, key: K) -> impl Future<Output = Joined<'_, K, V, E>> {
+        Join::new(self, key, Self::wait_with_timeout)
+    }
+
+    /// [`enter`](Group::enter) for [`join`](Group::join): a lead comes back as the finished
+    /// `Joined::Leader`.
+    #[inline]
+    pub(crate) fn enter_join(&self, key: K) -> Entered<'_, Joined<'_, K, V, E>, K, V, E> {
         // The table keeps the key it is given; the `Leader` needs its own (cloned here, before
         // any lock: `K::clone` is user code). The `Leader` borrows `self`: no `Arc` traffic.
         let mut kept = Some(key.clone());
@@ -188,10 +198,7 @@ where
             let key = kept.take().expect("a lead is made once");
             Joined::Leader(Leader::new(self, key, lead))
         };
-        match self.enter(key, lead) {
-            Entered::Lead(joined) => joined,
-            Entered::Follow(wait) => self.wait_with_timeout(wait).await,
-        }
+        self.enter(key, lead)
     }
 
     /// Detaches the flight in progress for `key`, if any: later callers start a fresh fill,

@@ -96,10 +96,11 @@ impl<K: Hash + Eq, V: Clone, E> Leader<'_, K, V, E> {
     /// still get the error if nobody can). A stale leader (superseded after `takeover_after`)
     /// publishes nothing; it still gets its own result back.
     pub fn finish(mut self, result: Result<V, E>) -> Result<V, FlightError<E>> {
-        // By reference, in place: moving the guard out of `self` first copied it across the
-        // pieces that wrote it (a store-forwarding stall, as in `lead.rs`). The key (user
-        // code) is dropped with `self`, after every lock is released.
-        self.guard.finish(result)
+        // In place, never moved out of `self` (that copied it across the pieces that wrote
+        // it: a store-forwarding stall, as in `lead.rs`), and the lead's identity goes to the
+        // lock in registers. The key (user code) is dropped with `self`, after every lock is
+        // released.
+        self.guard.finish_in_leader(result)
     }
 }
 

@@ -75,6 +75,7 @@ mod distributed;
 mod error;
 mod flight;
 mod group;
+mod join;
 mod lead;
 mod leader;
 pub mod lease;
