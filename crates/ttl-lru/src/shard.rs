@@ -391,13 +391,17 @@ impl<K: Eq, V: Clone> Shard<K, V> {
                 return Ok(WriteOutcome::Stored);
             }
             // A value replacing a cached error or the other way round: the old entry leaves
-            // its array and the new one is inserted like a new key.
-            (Some(at), stored) => (Some(t.remove_at(at)), stored),
-            (None, stored) => (None, stored),
+            // its array once room is made (so a declined write keeps it), and the new one is
+            // inserted like a new key.
+            (existing, stored) => (existing, stored),
         };
+        // Room for the new entry, counting the old one (if any) as already gone.
+        let old_weight = old.map_or(0, |at| t.weight_of(at));
+        let old_len = usize::from(old.is_some());
+        let mut keep = old;
         let mut evicted = Evicted::new();
-        while t.weight + weight > t.capacity || t.len() >= MAX_ENTRIES {
-            let Some(v) = t.choose_victim(now, cfg, None) else {
+        while t.weight - old_weight + weight > t.capacity || t.len() - old_len >= MAX_ENTRIES {
+            let Some(v) = t.choose_victim(now, cfg, keep) else {
                 break;
             };
             if evicted.is_empty()
@@ -406,14 +410,15 @@ impl<K: Eq, V: Clone> Shard<K, V> {
                 && !sketch.admit(hash, t.hash_of(v))
             {
                 drop(t);
-                drop((old, key, stored));
+                drop((key, stored));
                 self.counters.rejections.incr();
                 return Ok(WriteOutcome::Declined);
             }
-            let victim = t.remove_at(v);
+            let victim = t.remove_keeping(v, &mut keep);
             self.count_removal(&victim, now);
             evicted.push(victim);
         }
+        let old = keep.map(|at| t.remove_at(at));
         match stored {
             Stored::Value(value) => {
                 t.push_value(Slot::new(key, value, expires_at, now), hash, weight)
@@ -780,6 +785,37 @@ mod tests {
             (probe_kind(&s, 1, 10), probe_kind(&s, 2, 10)),
             ("value", "value")
         );
+    }
+
+    #[test]
+    fn a_declined_kind_change_keeps_the_old_entry() {
+        // Full shard: a cached error for key 1, hot values for keys 2 and 3.
+        let s: Shard<u64, u64> = Shard::new(3, 16, 9, true, 1);
+        put_error(&s, 1, NEVER);
+        put(&s, 2, 0);
+        put(&s, 3, 0);
+        for _ in 0..10 {
+            for k in [2, 3] {
+                assert_eq!(s.get(h(k), &k, 1, &HitCounters::new()), Some(k));
+            }
+        }
+        // A value for key 1 weighing 2 needs a victim; the admission filter prefers either hot
+        // key to it, so the write is declined and key 1's cached error stays.
+        let out = s
+            .write(
+                h(1),
+                1,
+                Stored::Value(1),
+                NEVER,
+                2,
+                2,
+                &cfg(),
+                WriteMode::Plain,
+            )
+            .unwrap();
+        assert_eq!(out, WriteOutcome::Declined);
+        assert_eq!(probe_kind(&s, 1, 2), "error");
+        assert_eq!((s.len(), s.weight()), (3, 3));
     }
 
     #[test]

@@ -501,6 +501,12 @@ impl<K: Eq, V> Table<K, V> {
         keep: &mut Option<At>,
     ) -> Option<Removed<K, V>> {
         let victim = self.choose_victim(now, cfg, *keep)?;
+        Some(self.remove_keeping(victim, keep))
+    }
+
+    /// [`remove_at`](Self::remove_at), keeping `keep` pointed at its entry if the swap-remove
+    /// moved it.
+    pub(crate) fn remove_keeping(&mut self, victim: At, keep: &mut Option<At>) -> Removed<K, V> {
         let removed = self.remove_at(victim);
         // The array's last entry moved into the victim's place; after the removal the array's
         // length is that last place.
@@ -509,7 +515,15 @@ impl<K: Eq, V> Table<K, V> {
             (At::Error(i), Some(At::Error(k))) if k == self.errors.len() => Some(At::Error(i)),
             (_, keep) => keep,
         };
-        Some(removed)
+        removed
+    }
+
+    /// The weight of the entry at `at` (a cached error weighs 1).
+    pub(crate) fn weight_of(&self, at: At) -> u64 {
+        match at {
+            At::Value(i) => self.cold[i].weight,
+            At::Error(_) => 1,
+        }
     }
 
     /// Removes every entry past its TTL and stale window. O(entries).
