@@ -66,8 +66,9 @@ impl HitCounters {
     pub(crate) fn record(&self, hit: Hit) {
         // `thread_index` is `usize::MAX` for a thread without a stripe, so the add wraps to 0:
         // the overflow stripe.
-        match self.stripes.get(thread_index().wrapping_add(1)) {
-            Some(own) if !std::ptr::eq(own, &self.stripes[0]) => {
+        let stripe = thread_index().wrapping_add(1);
+        match self.stripes.get(stripe) {
+            Some(own) if stripe != 0 => {
                 // This thread is the stripe's only writer: no read-modify-write needed.
                 let c = own.counter(hit);
                 c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);

@@ -583,18 +583,22 @@ mod tests {
         }
     }
 
+    /// Writes `k -> k`.
+    fn write_value(
+        s: &Shard<u64, u64>,
+        k: u64,
+        expires_at: u64,
+        weight: u64,
+        now: u64,
+        c: &ShardConfig,
+        mode: WriteMode,
+    ) -> WriteOutcome {
+        s.write(h(k), k, Stored::Value(k), expires_at, weight, now, c, mode)
+            .unwrap()
+    }
+
     fn put(s: &Shard<u64, u64>, k: u64, now: u64) -> WriteOutcome {
-        s.write(
-            k.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            k,
-            Stored::Value(k),
-            NEVER,
-            1,
-            now,
-            &cfg(),
-            WriteMode::Plain,
-        )
-        .unwrap()
+        write_value(s, k, NEVER, 1, now, &cfg(), WriteMode::Plain)
     }
 
     fn h(k: u64) -> u64 {
@@ -661,21 +665,10 @@ mod tests {
             swr_ms: 0,
         };
         for (k, t) in [(1, 0), (2, 5)] {
-            s.write(h(k), k, Stored::Value(k), NEVER, 1, t, &c, WriteMode::Plain)
-                .unwrap();
+            write_value(&s, k, NEVER, 1, t, &c, WriteMode::Plain);
         }
         assert_eq!(s.get(h(1), &1, 50, &HitCounters::new()), Some(1));
-        s.write(
-            h(3),
-            3,
-            Stored::Value(3),
-            NEVER,
-            1,
-            60,
-            &c,
-            WriteMode::Plain,
-        )
-        .unwrap();
+        write_value(&s, 3, NEVER, 1, 60, &c, WriteMode::Plain);
         s.contains(h(1), &1, 60)
     }
 
@@ -801,18 +794,7 @@ mod tests {
         }
         // A value for key 1 weighing 2 needs a victim; the admission filter prefers either hot
         // key to it, so the write is declined and key 1's cached error stays.
-        let out = s
-            .write(
-                h(1),
-                1,
-                Stored::Value(1),
-                NEVER,
-                2,
-                2,
-                &cfg(),
-                WriteMode::Plain,
-            )
-            .unwrap();
+        let out = write_value(&s, 1, NEVER, 2, 2, &cfg(), WriteMode::Plain);
         assert_eq!(out, WriteOutcome::Declined);
         assert_eq!(probe_kind(&s, 1, 2), "error");
         assert_eq!((s.len(), s.weight()), (3, 3));
@@ -824,8 +806,7 @@ mod tests {
         let c = cfg();
         for k in 0..10 {
             let exp = if k == 4 { 5 } else { NEVER };
-            s.write(h(k), k, Stored::Value(k), exp, 1, 0, &c, WriteMode::Plain)
-                .unwrap();
+            write_value(&s, k, exp, 1, 0, &c, WriteMode::Plain);
         }
         // At t=10 key 4 is dead; every other entry was touched at 0 so all rank alike.
         put(&s, 99, 10);
@@ -839,33 +820,11 @@ mod tests {
         let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1);
         let f = s.fence(h(1));
         assert_eq!(s.remove(h(1), &1), None);
-        let out = s
-            .write(
-                h(1),
-                1,
-                Stored::Value(1),
-                NEVER,
-                1,
-                0,
-                &cfg(),
-                WriteMode::Fenced(f),
-            )
-            .unwrap();
+        let out = write_value(&s, 1, NEVER, 1, 0, &cfg(), WriteMode::Fenced(f));
         assert_eq!(out, WriteOutcome::Fenced);
         assert!(!s.contains(h(1), &1, 0));
         let f = s.fence(h(1));
-        let out = s
-            .write(
-                h(1),
-                1,
-                Stored::Value(1),
-                NEVER,
-                1,
-                0,
-                &cfg(),
-                WriteMode::Fenced(f),
-            )
-            .unwrap();
+        let out = write_value(&s, 1, NEVER, 1, 0, &cfg(), WriteMode::Fenced(f));
         assert_eq!(out, WriteOutcome::Stored);
     }
 
@@ -876,8 +835,7 @@ mod tests {
             swr_ms: 100,
         };
         let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1);
-        s.write(h(1), 1, Stored::Value(1), 10, 1, 0, &c, WriteMode::Plain)
-            .unwrap();
+        write_value(&s, 1, 10, 1, 0, &c, WriteMode::Plain);
         assert!(
             !s.claim_refresh(h(1), &1, 5, 100),
             "fresh entries need no refresh"
