@@ -10,6 +10,7 @@ use crate::clock::{Clock, ClockSource, CoarseClock, duration_to_ms};
 use crate::hits::HitCounters;
 use crate::shard::{Shard, ShardConfig};
 use crate::stats::CachePadded;
+use crate::table::Columns;
 
 /// Default number of random samples per eviction, measured with `benches --bin hitratio`
 /// (docs/benchmarks.md) against exact LRU on the ARC traces and zipf 0.8/1.0/1.2, with the
@@ -216,6 +217,10 @@ where
         let caps = split_capacity(self.capacity, shard_count);
         let tinylfu = self.admission == Admission::TinyLfu;
         let recency_ms = duration_to_ms(self.recency);
+        let columns = Columns {
+            weighted: self.weigher.is_some(),
+            gated: duration_to_ms(self.stale_while_revalidate) > 0,
+        };
         let shards: Box<[Shard<K, V>]> = caps
             .iter()
             .enumerate()
@@ -224,7 +229,7 @@ where
                     Some(s) => s.wrapping_add(i as u64),
                     None => hasher.hash_one(i as u64 ^ 0x5EED),
                 };
-                Shard::new(cap, self.pool_size, seed, tinylfu, recency_ms)
+                Shard::new(cap, self.pool_size, seed, tinylfu, recency_ms, columns)
             })
             .collect();
         let clock = match self.clock {

@@ -16,7 +16,7 @@ use crate::error::InsertError;
 use crate::hits::{Hit, HitCounters};
 use crate::stats::{CachePadded, ShardCounters};
 use crate::sync::{AtomicU64, Ordering, RwLock, WriteGuard};
-use crate::table::{At, ErrorSlot, MAX_ENTRIES, Removed, Slot, Table};
+use crate::table::{At, Columns, ErrorSlot, MAX_ENTRIES, Removed, Slot, Table};
 
 /// A fill error as stored for negative caching (downcast to the caller's `E` on the way out).
 pub(crate) type ErasedError = Arc<dyn Any + Send + Sync>;
@@ -139,9 +139,10 @@ impl<K: Eq, V: Clone> Shard<K, V> {
         seed: u64,
         admission: bool,
         recency_ms: u64,
+        columns: Columns,
     ) -> Self {
         Self {
-            table: RwLock::new(Table::new(capacity, pool_size, seed)),
+            table: RwLock::new(Table::new(capacity, pool_size, seed, columns)),
             recency_ms: recency_ms.max(1),
             fences: std::array::from_fn(|_| AtomicU64::new(0)),
             counters: CachePadded::default(),
@@ -265,7 +266,7 @@ impl<K: Eq, V: Clone> Shard<K, V> {
                     hits.record(Hit::Stale);
                     return Probe::Stale {
                         value: s.value.clone(),
-                        refresh: claim_gate(&t.cold(i).refresh_gate, now),
+                        refresh: t.gate(i).is_some_and(|g| claim_gate(g, now)),
                     };
                 }
             }
@@ -295,7 +296,7 @@ impl<K: Eq, V: Clone> Shard<K, V> {
             let s = t.slot(i);
             now >= s.expires_at
                 && now < s.usable_until(swr_ms)
-                && claim_gate(&t.cold(i).refresh_gate, now)
+                && t.gate(i).is_some_and(|g| claim_gate(g, now))
         })
     }
 
@@ -306,13 +307,8 @@ impl<K: Eq, V: Clone> Shard<K, V> {
         Q: Eq + ?Sized,
     {
         let t = self.table.read();
-        if let Some(i) = t.find_value(hash, q) {
-            let _ = t.cold(i).refresh_gate.compare_exchange(
-                GATE_BUSY,
-                retry_at,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
+        if let Some(gate) = t.find_value(hash, q).and_then(|i| t.gate(i)) {
+            let _ = gate.compare_exchange(GATE_BUSY, retry_at, Ordering::AcqRel, Ordering::Relaxed);
         }
     }
 
@@ -465,7 +461,9 @@ impl<K: Eq, V: Clone> Shard<K, V> {
             if let Some(i) = t.find_value(hash, &key)
                 && now < t.slot(i).usable_until(cfg.swr_ms)
             {
-                t.cold(i).refresh_gate.store(retry_at, Ordering::Release);
+                if let Some(gate) = t.gate(i) {
+                    gate.store(retry_at, Ordering::Release);
+                }
                 return Ok(WriteOutcome::Stored);
             }
         }
@@ -626,7 +624,7 @@ mod tests {
 
     #[test]
     fn slot_array_never_grows_past_the_capacity() {
-        let s: Shard<u64, u64> = Shard::new(1000, 16, 1, false, 1);
+        let s: Shard<u64, u64> = Shard::new(1000, 16, 1, false, 1, Columns::ALL);
         for k in 0..5000 {
             put(&s, k, 0);
         }
@@ -636,7 +634,7 @@ mod tests {
 
     #[test]
     fn swap_remove_keeps_index_consistent() {
-        let s: Shard<u64, u64> = Shard::new(100, 16, 1, false, 1);
+        let s: Shard<u64, u64> = Shard::new(100, 16, 1, false, 1, Columns::ALL);
         for k in 0..50 {
             put(&s, k, 0);
         }
@@ -652,7 +650,7 @@ mod tests {
 
     #[test]
     fn at_capacity_a_new_value_takes_the_victims_place() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1);
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL);
         let c = ShardConfig {
             samples: 10,
             ..cfg()
@@ -677,11 +675,40 @@ mod tests {
     }
 
     #[test]
+    fn a_table_without_weights_or_gates_counts_entries_and_never_claims_a_refresh() {
+        let bare = Columns {
+            weighted: false,
+            gated: false,
+        };
+        let s: Shard<u64, u64> = Shard::new(50, 16, 5, false, 1, bare);
+        for k in 0..120 {
+            put(&s, k, k);
+        }
+        for k in (0..120).step_by(7) {
+            s.remove(h(k), &k);
+        }
+        put(&s, 500, 200);
+        put(&s, 500, 201); // replaces in place
+        assert_eq!(s.size(), (s.len(), s.len() as u64));
+        assert!(s.len() <= 50);
+        let t = s.table.read();
+        assert!((0..t.len()).all(|i| t.gate(i).is_none()));
+        drop(t);
+        assert!(!s.claim_refresh(h(500), &500, 10_000, 0));
+        for k in (0..120).chain([500]) {
+            let stored = s.table.read().find(h(k), &k);
+            if let Some(At::Value(i)) = stored {
+                assert_eq!(s.table.read().slot(i).value, k);
+            }
+        }
+    }
+
+    #[test]
     fn pooled_places_past_the_end_or_refilled_are_handled() {
         // Fill the pool, shrink the arrays under it with removes (pooled places now past the end
         // or holding moved entries), then keep evicting: every key that is still there must be
         // found, and the capacity must hold.
-        let s: Shard<u64, u64> = Shard::new(200, 16, 5, false, 1);
+        let s: Shard<u64, u64> = Shard::new(200, 16, 5, false, 1, Columns::ALL);
         for k in 0..400 {
             put(&s, k, k);
         }
@@ -705,7 +732,7 @@ mod tests {
     fn eviction_prefers_the_least_recently_used_with_a_pool() {
         // 100 entries touched at times 1..=100; then insert 50 more. With sampling + pool the
         // survivors should be skewed to recent ones.
-        let s: Shard<u64, u64> = Shard::new(100, 16, 7, false, 1);
+        let s: Shard<u64, u64> = Shard::new(100, 16, 7, false, 1, Columns::ALL);
         for k in 0..100 {
             put(&s, k, k + 1);
         }
@@ -724,7 +751,7 @@ mod tests {
     /// Capacity 2 holds keys 1 (stored at t=0) and 2 (t=5); key 1 is read at t=50; key 3
     /// then evicts one of them. Returns whether key 1 survived.
     fn read_then_evict(recency_ms: u64) -> bool {
-        let s: Shard<u64, u64> = Shard::new(2, 0, 3, false, recency_ms);
+        let s: Shard<u64, u64> = Shard::new(2, 0, 3, false, recency_ms, Columns::ALL);
         let c = ShardConfig {
             samples: 16,
             swr_ms: 0,
@@ -779,7 +806,7 @@ mod tests {
 
     #[test]
     fn values_and_cached_errors_replace_each_other_and_survive_swaps() {
-        let s: Shard<u64, u64> = Shard::new(100, 16, 5, false, 1);
+        let s: Shard<u64, u64> = Shard::new(100, 16, 5, false, 1, Columns::ALL);
         for k in 0..40 {
             if k % 2 == 0 {
                 put(&s, k, 0);
@@ -820,7 +847,7 @@ mod tests {
 
     #[test]
     fn cached_errors_count_toward_capacity_and_are_evicted() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 9, false, 1);
+        let s: Shard<u64, u64> = Shard::new(10, 16, 9, false, 1, Columns::ALL);
         for k in 0..10 {
             put_error(&s, k, NEVER);
         }
@@ -832,7 +859,7 @@ mod tests {
         let errors_left = (0..10).filter(|&k| probe_kind(&s, k, 2) == "error").count();
         assert!(errors_left < 10, "sampling reaches the error array too");
         // A dead cached error is evicted before any value.
-        let s: Shard<u64, u64> = Shard::new(3, 16, 9, false, 1);
+        let s: Shard<u64, u64> = Shard::new(3, 16, 9, false, 1, Columns::ALL);
         put(&s, 1, 0);
         put(&s, 2, 0);
         put_error(&s, 3, 5);
@@ -848,7 +875,7 @@ mod tests {
     #[test]
     fn a_declined_kind_change_keeps_the_old_entry() {
         // Full shard: a cached error for key 1, hot values for keys 2 and 3.
-        let s: Shard<u64, u64> = Shard::new(3, 16, 9, true, 1);
+        let s: Shard<u64, u64> = Shard::new(3, 16, 9, true, 1, Columns::ALL);
         put_error(&s, 1, NEVER);
         put(&s, 2, 0);
         put(&s, 3, 0);
@@ -867,7 +894,7 @@ mod tests {
 
     #[test]
     fn dead_samples_are_evicted_first() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1);
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL);
         // A window of 10 samples covers all 10 entries, whatever its random start.
         let c = ShardConfig {
             samples: 10,
@@ -886,7 +913,7 @@ mod tests {
 
     #[test]
     fn fenced_write_is_dropped_after_a_remove() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1);
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL);
         let f = s.fence(h(1));
         assert_eq!(s.remove(h(1), &1), None);
         let out = write_value(&s, 1, NEVER, 1, 0, &cfg(), WriteMode::Fenced(f));
@@ -903,7 +930,7 @@ mod tests {
             samples: 5,
             swr_ms: 100,
         };
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1);
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL);
         write_value(&s, 1, 10, 1, 0, &c, WriteMode::Plain);
         assert!(
             !s.claim_refresh(h(1), &1, 5, 100),

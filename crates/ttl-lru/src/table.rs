@@ -3,7 +3,8 @@
 //! locks or waits.
 //!
 //! Layout. Values live in `slots`, which hold only what a hit reads (key, value, expiry, recency);
-//! the rest of each value entry (hash, weight, refresh gate) is in the parallel `cold` array.
+//! the rest of each value entry is in parallel cold columns: its key hash always, its weight and
+//! refresh gate only in a cache that has a weigher or a stale window (`Columns`).
 //! Cached fill errors (negative caching) live in their own array, `errors`, so a value slot
 //! carries no value-or-error tag: a `u64 -> u64` slot is 32 bytes, two to a cache line and none
 //! straddling two. A hit reads one slot at a random place, so at 100K+ entries the slot array's
@@ -73,24 +74,25 @@ impl<K, V> Slot<K, V> {
     }
 }
 
-/// The cold part of the value at the same index in `slots`: never read by a fresh hit.
-pub(crate) struct Cold {
-    /// The key's full hash: re-locates the entry in the index (swaps, pooled candidates).
-    hash: u64,
-    weight: u64,
-    /// A stale-while-revalidate refresh may start when `now >= refresh_gate`; `GATE_BUSY` (in
-    /// `shard.rs`) while one runs; a failed refresh sets it to the retry time.
-    pub(crate) refresh_gate: AtomicU64,
+/// Which per-value columns besides the key hash a table keeps. A column a cache cannot use is
+/// not kept at all: at 1M `u64 -> u64` entries, weights and refresh gates that every cache
+/// carried cost 16 of 66.5 bytes per entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Columns {
+    /// Values have weights of their own (the cache has a weigher); otherwise each weighs 1.
+    pub(crate) weighted: bool,
+    /// Values have refresh gates (the cache has a stale-while-revalidate window); without a
+    /// window nothing is ever served stale, so there is no refresh to gate.
+    pub(crate) gated: bool,
 }
 
-impl Cold {
-    fn new(hash: u64, weight: u64) -> Self {
-        Self {
-            hash,
-            weight,
-            refresh_gate: AtomicU64::new(0),
-        }
-    }
+impl Columns {
+    /// Every column (shard-level tests use weights and gates freely).
+    #[cfg(test)]
+    pub(crate) const ALL: Columns = Columns {
+        weighted: true,
+        gated: true,
+    };
 }
 
 /// A cached fill error. Weighs 1; served (as a negative hit) only until `expires_at`, with no
@@ -169,8 +171,17 @@ impl<K, V> Removed<K, V> {
 /// The lock-protected part of a shard.
 pub(crate) struct Table<K, V> {
     slots: Vec<Slot<K, V>>,
-    /// `cold[i]` belongs to `slots[i]`: the two are pushed and swap-removed together.
-    cold: Vec<Cold>,
+    /// The cold columns of `slots[i]`, never read by a fresh hit, are `hashes[i]`, `weights[i]`
+    /// and `gates[i]`: pushed and swap-removed together with the slot. The key's full hash
+    /// re-locates the entry in the index (removal, swaps).
+    hashes: Vec<u64>,
+    /// Empty unless `columns.weighted`.
+    weights: Vec<u64>,
+    /// Empty unless `columns.gated`. A stale-while-revalidate refresh may start when
+    /// `now >= gate`; `GATE_BUSY` (in `shard.rs`) while one runs; a failed refresh sets it to the
+    /// retry time.
+    gates: Vec<AtomicU64>,
+    columns: Columns,
     errors: Vec<ErrorSlot<K>>,
     index: HashTable<u32>,
     pub(crate) weight: u64,
@@ -181,18 +192,21 @@ pub(crate) struct Table<K, V> {
 
 /// The hash of the entry an index word names (for the index's own rehashing).
 #[inline]
-fn hash_at<K>(cold: &[Cold], errors: &[ErrorSlot<K>], j: u32) -> u64 {
+fn hash_at<K>(hashes: &[u64], errors: &[ErrorSlot<K>], j: u32) -> u64 {
     match At::decode(j) {
-        At::Value(i) => cold[i].hash,
+        At::Value(i) => hashes[i],
         At::Error(i) => errors[i].hash,
     }
 }
 
 impl<K: Eq, V> Table<K, V> {
-    pub(crate) fn new(capacity: u64, pool_size: usize, seed: u64) -> Self {
+    pub(crate) fn new(capacity: u64, pool_size: usize, seed: u64, columns: Columns) -> Self {
         Self {
             slots: Vec::new(),
-            cold: Vec::new(),
+            hashes: Vec::new(),
+            weights: Vec::new(),
+            gates: Vec::new(),
+            columns,
             errors: Vec::new(),
             index: HashTable::new(),
             weight: 0,
@@ -213,9 +227,10 @@ impl<K: Eq, V> Table<K, V> {
         &self.slots[i]
     }
 
+    /// The refresh gate of the value at `i`; `None` in a table without a stale window.
     #[inline]
-    pub(crate) fn cold(&self, i: usize) -> &Cold {
-        &self.cold[i]
+    pub(crate) fn gate(&self, i: usize) -> Option<&AtomicU64> {
+        self.gates.get(i)
     }
 
     #[inline]
@@ -258,7 +273,7 @@ impl<K: Eq, V> Table<K, V> {
     /// The full hash of the entry at `at`.
     #[inline]
     pub(crate) fn hash_of(&self, at: At) -> u64 {
-        hash_at(&self.cold, &self.errors, at.encode())
+        hash_at(&self.hashes, &self.errors, at.encode())
     }
 
     pub(crate) fn expires_at(&self, at: At) -> u64 {
@@ -306,16 +321,22 @@ impl<K: Eq, V> Table<K, V> {
                 .unwrap_or(usize::MAX)
                 .saturating_sub(len);
             self.slots.reserve_exact(len.max(4).min(room).max(1));
-            self.cold
-                .reserve_exact(self.slots.capacity() - self.cold.len());
+            let cap = self.slots.capacity();
+            self.hashes.reserve_exact(cap - self.hashes.len());
+            if self.columns.weighted {
+                self.weights.reserve_exact(cap - self.weights.len());
+            }
+            if self.columns.gated {
+                self.gates.reserve_exact(cap - self.gates.len());
+            }
         }
         let at = At::Value(self.slots.len()).encode();
-        self.weight += weight;
         self.slots.push(slot);
-        self.cold.push(Cold::new(hash, weight));
-        let (cold, errors) = (&self.cold, &self.errors);
+        self.hashes.push(hash);
+        self.push_cold_columns(weight);
+        let (hashes, errors) = (&self.hashes, &self.errors);
         self.index
-            .insert_unique(hash, at, |&j| hash_at(cold, errors, j));
+            .insert_unique(hash, at, |&j| hash_at(hashes, errors, j));
     }
 
     /// Adds a cached error for a key that has no entry. The caller has made room.
@@ -325,9 +346,9 @@ impl<K: Eq, V> Table<K, V> {
         let hash = error.hash;
         self.weight += 1;
         self.errors.push(error);
-        let (cold, errors) = (&self.cold, &self.errors);
+        let (hashes, errors) = (&self.hashes, &self.errors);
         self.index
-            .insert_unique(hash, at, |&j| hash_at(cold, errors, j));
+            .insert_unique(hash, at, |&j| hash_at(hashes, errors, j));
     }
 
     /// Replaces the value at `i` (same key), resetting its refresh gate. Returns the old slot.
@@ -338,9 +359,52 @@ impl<K: Eq, V> Table<K, V> {
         hash: u64,
         weight: u64,
     ) -> Slot<K, V> {
-        let old_weight = std::mem::replace(&mut self.cold[i], Cold::new(hash, weight)).weight;
-        self.weight = self.weight - old_weight + weight;
+        self.weight -= self.weight_of(At::Value(i));
+        self.hashes[i] = hash;
+        if self.columns.weighted {
+            self.weights[i] = weight;
+        }
+        self.weight += self.checked_weight(weight);
+        if let Some(gate) = self.gates.get_mut(i) {
+            *gate = AtomicU64::new(0);
+        }
         std::mem::replace(&mut self.slots[i], slot)
+    }
+
+    /// Pushes the weight and gate columns of a new last value (where the table keeps them) and
+    /// adds its weight.
+    fn push_cold_columns(&mut self, weight: u64) {
+        if self.columns.weighted {
+            self.weights.push(weight);
+        }
+        if self.columns.gated {
+            self.gates.push(AtomicU64::new(0));
+        }
+        self.weight += self.checked_weight(weight);
+    }
+
+    /// `weight` as the table counts it: an unweighted table's values weigh 1 whatever the
+    /// caller passed (it passes 1: `Cache` has no weigher to ask).
+    #[inline]
+    fn checked_weight(&self, weight: u64) -> u64 {
+        debug_assert!(
+            self.columns.weighted || weight == 1,
+            "weight {weight} in an unweighted table"
+        );
+        if self.columns.weighted { weight } else { 1 }
+    }
+
+    /// Swap-removes the cold columns of the value at `i` (its slot is removed by the caller) and
+    /// subtracts its weight.
+    fn swap_remove_cold_columns(&mut self, i: usize) {
+        self.weight -= self.weight_of(At::Value(i));
+        self.hashes.swap_remove(i);
+        if self.columns.weighted {
+            self.weights.swap_remove(i);
+        }
+        if self.columns.gated {
+            self.gates.swap_remove(i);
+        }
     }
 
     /// Puts the value of a new key in the place of the value at `i`, which is being evicted for
@@ -355,16 +419,16 @@ impl<K: Eq, V> Table<K, V> {
         weight: u64,
     ) -> Slot<K, V> {
         let word = At::Value(i).encode();
-        match self.index.find_entry(self.cold[i].hash, |&j| j == word) {
+        match self.index.find_entry(self.hashes[i], |&j| j == word) {
             Ok(e) => {
                 e.remove();
             }
             Err(_) => debug_assert!(false, "victim {i} missing from the index"),
         }
         let victim = self.replace_value(i, slot, hash, weight);
-        let (cold, errors) = (&self.cold, &self.errors);
+        let (hashes, errors) = (&self.hashes, &self.errors);
         self.index
-            .insert_unique(hash, word, |&j| hash_at(cold, errors, j));
+            .insert_unique(hash, word, |&j| hash_at(hashes, errors, j));
         victim
     }
 
@@ -396,10 +460,10 @@ impl<K: Eq, V> Table<K, V> {
             At::Value(i) => {
                 let last = self.slots.len() - 1;
                 if i != last {
-                    let moved = self.cold[last].hash;
+                    let moved = self.hashes[last];
                     self.repoint(moved, At::Value(last), at);
                 }
-                self.weight -= self.cold.swap_remove(i).weight;
+                self.swap_remove_cold_columns(i);
                 Removed::Value(self.slots.swap_remove(i))
             }
             At::Error(i) => {
@@ -533,7 +597,8 @@ impl<K: Eq, V> Table<K, V> {
     /// The weight of the entry at `at` (a cached error weighs 1).
     pub(crate) fn weight_of(&self, at: At) -> u64 {
         match at {
-            At::Value(i) => self.cold[i].weight,
+            At::Value(i) if self.columns.weighted => self.weights[i],
+            At::Value(_) => 1,
             At::Error(_) => 1,
         }
     }
@@ -558,7 +623,9 @@ impl<K: Eq, V> Table<K, V> {
     /// Empties the table. Returns the entries, to be dropped after the lock is released.
     pub(crate) fn take_all(&mut self) -> (Vec<Slot<K, V>>, Vec<ErrorSlot<K>>) {
         self.index.clear();
-        self.cold = Vec::new();
+        self.hashes = Vec::new();
+        self.weights = Vec::new();
+        self.gates = Vec::new();
         self.weight = 0;
         self.pool.clear();
         (
