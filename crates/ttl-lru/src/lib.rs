@@ -38,12 +38,15 @@
 //!
 //! # Design
 //! - **Store.** Each shard keeps its values in a dense `Vec` of small slots (only what a hit
-//!   reads: 32 bytes for `u64 -> u64`), with the rest of each entry in a parallel cold array and
-//!   cached errors in an array of their own, plus a `hashbrown::HashTable` from key hash to place;
-//!   deletion swap-removes, so a random index is a random entry and eviction samples `k` entries
-//!   in O(k) at any size, keeps a Redis-style pool of the best candidates across evictions, and
-//!   takes an already-expired sample at once. Nothing on the insert path walks the map. Capacity
-//!   is split evenly over shards and holds after every insert.
+//!   reads: 32 bytes for `u64 -> u64`), with the rest of each entry in parallel cold columns (the
+//!   key hash; a weight and a refresh gate only where the cache has a weigher or a stale window)
+//!   and cached errors in an array of their own, plus a `hashbrown::HashTable` from key hash to
+//!   place; deletion swap-removes, so the arrays have no holes. Eviction samples a window of `k`
+//!   adjacent entries from a random start (as Redis's `dictGetSomeKeys` walks adjacent buckets:
+//!   a few cache lines instead of `k` misses), keeps a Redis-style pool of the best candidates
+//!   across evictions, takes an already-expired sample at once, and puts a new key's value in its
+//!   victim's place. O(k) at any size; nothing on the insert path walks the map. Capacity is split
+//!   evenly over shards and holds after every insert.
 //! - **Hits** take the shard's read lock, store a relaxed recency stamp (only when the recorded
 //!   one is older than [`CacheBuilder::recency_resolution`], so read-mostly hits keep their cache
 //!   lines clean), count themselves in this thread's own counter stripe (no locked instruction)
