@@ -730,9 +730,18 @@ mod tests {
 
     #[test]
     fn eviction_prefers_the_least_recently_used_with_a_pool() {
-        // 100 entries touched at times 1..=100; then insert 50 more. With sampling + pool the
-        // survivors should be skewed to recent ones.
-        let s: Shard<u64, u64> = Shard::new(100, 16, 7, false, 1, Columns::ALL);
+        evicts_older_entries_more(16);
+    }
+
+    #[test]
+    fn eviction_prefers_the_least_recently_used_without_a_pool() {
+        evicts_older_entries_more(0);
+    }
+
+    fn evicts_older_entries_more(pool: usize) {
+        // 100 entries touched at times 1..=100; then insert 50 more. With sampling (and the pool)
+        // the survivors should be skewed to recent ones.
+        let s: Shard<u64, u64> = Shard::new(100, pool, 7, false, 1, Columns::ALL);
         for k in 0..100 {
             put(&s, k, k + 1);
         }
