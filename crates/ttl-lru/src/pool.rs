@@ -63,9 +63,21 @@ impl EvictionPool {
         self.admit(c);
     }
 
-    /// The rest of [`offer`](Self::offer), for a candidate the pool may keep.
+    /// Ranks below this are kept by [`offer`](Self::offer) (`u64::MAX` while the pool has room;
+    /// 0 when it is disabled): a sampling loop compares against it and calls
+    /// [`admit`](Self::admit) only when it passes, re-reading it afterwards.
+    #[inline]
+    pub(crate) fn bar(&self) -> u64 {
+        if self.entries.len() < self.capacity {
+            u64::MAX
+        } else {
+            self.entries.last().map_or(0, |worst| worst.rank)
+        }
+    }
+
+    /// The rest of [`offer`](Self::offer), for a candidate below [`bar`](Self::bar).
     #[inline(never)]
-    fn admit(&mut self, c: Candidate) {
+    pub(crate) fn admit(&mut self, c: Candidate) {
         if let Some(pos) = self.entries.iter().position(|e| e.idx == c.idx) {
             self.entries.remove(pos);
         } else if self.entries.len() == self.capacity {

@@ -534,17 +534,22 @@ impl<K: Eq, V> Table<K, V> {
             // over a slice, with no per-sample array choice or bounds check (at 10K entries
             // this loop was a third of an insert's instructions).
             let (slots, pool) = (&self.slots[draw..draw + samples], &mut self.pool);
+            let pooled = pool.is_enabled();
+            let mut bar = pool.bar();
             for (offset, s) in slots.iter().enumerate() {
                 let at = At::Value(draw + offset);
                 if now >= s.usable_until(cfg.swr_ms) {
                     return Some(at);
                 }
                 let rank = rank_of(s.expires_at, s.last_access.load(Ordering::Relaxed), now);
-                if pool.is_enabled() {
-                    pool.offer(Candidate {
-                        rank,
-                        idx: at.encode(),
-                    });
+                if pooled {
+                    if rank < bar {
+                        pool.admit(Candidate {
+                            rank,
+                            idx: at.encode(),
+                        });
+                        bar = pool.bar();
+                    }
                 } else if best.is_none_or(|(r, _)| rank < r) {
                     best = Some((rank, at));
                 }
