@@ -233,7 +233,15 @@ where
                     Some(s) => s.wrapping_add(i as u64),
                     None => hasher.hash_one(i as u64 ^ 0x5EED),
                 };
-                Shard::new(cap, self.pool_size, seed, tinylfu, recency_ms, columns)
+                Shard::new(
+                    cap,
+                    self.pool_size,
+                    seed,
+                    tinylfu,
+                    recency_ms,
+                    columns,
+                    hasher.clone(),
+                )
             })
             .collect();
         let clock = match self.clock {

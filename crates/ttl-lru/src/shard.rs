@@ -9,6 +9,7 @@
 
 use std::any::Any;
 use std::borrow::Borrow;
+use std::hash::Hash;
 use std::sync::Arc;
 
 use crate::admission::FrequencySketch;
@@ -132,7 +133,7 @@ fn stripe(hash: u64) -> usize {
     (hash >> 24) as usize % FENCE_STRIPES
 }
 
-impl<K: Eq, V: Clone> Shard<K, V> {
+impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     pub(crate) fn new(
         capacity: u64,
         pool_size: usize,
@@ -140,9 +141,10 @@ impl<K: Eq, V: Clone> Shard<K, V> {
         admission: bool,
         recency_ms: u64,
         columns: Columns,
+        hasher: ahash::RandomState,
     ) -> Self {
         Self {
-            table: RwLock::new(Table::new(capacity, pool_size, seed, columns)),
+            table: RwLock::new(Table::new(capacity, pool_size, seed, columns, hasher)),
             recency_ms: recency_ms.max(1),
             fences: std::array::from_fn(|_| AtomicU64::new(0)),
             counters: CachePadded::default(),
@@ -372,7 +374,7 @@ impl<K: Eq, V: Clone> Shard<K, V> {
         let (old, stored) = match (t.find(hash, &key), stored) {
             (Some(At::Value(i)), Stored::Value(value)) => {
                 let slot = Slot::new(key, value, expires_at, now);
-                let old = t.replace_value(i, slot, hash, weight);
+                let old = t.replace_value(i, slot, weight);
                 let evicted = self.evict_to_fit(&mut t, now, cfg, Some(At::Value(i)));
                 drop(t);
                 drop((old, evicted));
@@ -613,8 +615,14 @@ mod tests {
         write_value(s, k, NEVER, 1, now, &cfg(), WriteMode::Plain)
     }
 
+    /// The hasher the test shards are built with: `h(k)` must be what the table itself computes
+    /// for `k` (it re-hashes keys for removals and swaps).
+    fn hasher() -> ahash::RandomState {
+        ahash::RandomState::with_seeds(1, 2, 3, 4)
+    }
+
     fn h(k: u64) -> u64 {
-        k.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        hasher().hash_one(k)
     }
 
     #[test]
@@ -624,7 +632,7 @@ mod tests {
 
     #[test]
     fn slot_array_never_grows_past_the_capacity() {
-        let s: Shard<u64, u64> = Shard::new(1000, 16, 1, false, 1, Columns::ALL);
+        let s: Shard<u64, u64> = Shard::new(1000, 16, 1, false, 1, Columns::ALL, hasher());
         for k in 0..5000 {
             put(&s, k, 0);
         }
@@ -634,7 +642,7 @@ mod tests {
 
     #[test]
     fn swap_remove_keeps_index_consistent() {
-        let s: Shard<u64, u64> = Shard::new(100, 16, 1, false, 1, Columns::ALL);
+        let s: Shard<u64, u64> = Shard::new(100, 16, 1, false, 1, Columns::ALL, hasher());
         for k in 0..50 {
             put(&s, k, 0);
         }
@@ -650,7 +658,7 @@ mod tests {
 
     #[test]
     fn at_capacity_a_new_value_takes_the_victims_place() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL);
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL, hasher());
         let c = ShardConfig {
             samples: 10,
             ..cfg()
@@ -680,7 +688,7 @@ mod tests {
             weighted: false,
             gated: false,
         };
-        let s: Shard<u64, u64> = Shard::new(50, 16, 5, false, 1, bare);
+        let s: Shard<u64, u64> = Shard::new(50, 16, 5, false, 1, bare, hasher());
         for k in 0..120 {
             put(&s, k, k);
         }
@@ -708,7 +716,7 @@ mod tests {
         // Fill the pool, shrink the arrays under it with removes (pooled places now past the end
         // or holding moved entries), then keep evicting: every key that is still there must be
         // found, and the capacity must hold.
-        let s: Shard<u64, u64> = Shard::new(200, 16, 5, false, 1, Columns::ALL);
+        let s: Shard<u64, u64> = Shard::new(200, 16, 5, false, 1, Columns::ALL, hasher());
         for k in 0..400 {
             put(&s, k, k);
         }
@@ -741,7 +749,7 @@ mod tests {
     fn evicts_older_entries_more(pool: usize) {
         // 100 entries touched at times 1..=100; then insert 50 more. With sampling (and the pool)
         // the survivors should be skewed to recent ones.
-        let s: Shard<u64, u64> = Shard::new(100, pool, 7, false, 1, Columns::ALL);
+        let s: Shard<u64, u64> = Shard::new(100, pool, 7, false, 1, Columns::ALL, hasher());
         for k in 0..100 {
             put(&s, k, k + 1);
         }
@@ -760,7 +768,7 @@ mod tests {
     /// Capacity 2 holds keys 1 (stored at t=0) and 2 (t=5); key 1 is read at t=50; key 3
     /// then evicts one of them. Returns whether key 1 survived.
     fn read_then_evict(recency_ms: u64) -> bool {
-        let s: Shard<u64, u64> = Shard::new(2, 0, 3, false, recency_ms, Columns::ALL);
+        let s: Shard<u64, u64> = Shard::new(2, 0, 3, false, recency_ms, Columns::ALL, hasher());
         let c = ShardConfig {
             samples: 16,
             swr_ms: 0,
@@ -815,7 +823,7 @@ mod tests {
 
     #[test]
     fn values_and_cached_errors_replace_each_other_and_survive_swaps() {
-        let s: Shard<u64, u64> = Shard::new(100, 16, 5, false, 1, Columns::ALL);
+        let s: Shard<u64, u64> = Shard::new(100, 16, 5, false, 1, Columns::ALL, hasher());
         for k in 0..40 {
             if k % 2 == 0 {
                 put(&s, k, 0);
@@ -856,7 +864,7 @@ mod tests {
 
     #[test]
     fn cached_errors_count_toward_capacity_and_are_evicted() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 9, false, 1, Columns::ALL);
+        let s: Shard<u64, u64> = Shard::new(10, 16, 9, false, 1, Columns::ALL, hasher());
         for k in 0..10 {
             put_error(&s, k, NEVER);
         }
@@ -868,7 +876,7 @@ mod tests {
         let errors_left = (0..10).filter(|&k| probe_kind(&s, k, 2) == "error").count();
         assert!(errors_left < 10, "sampling reaches the error array too");
         // A dead cached error is evicted before any value.
-        let s: Shard<u64, u64> = Shard::new(3, 16, 9, false, 1, Columns::ALL);
+        let s: Shard<u64, u64> = Shard::new(3, 16, 9, false, 1, Columns::ALL, hasher());
         put(&s, 1, 0);
         put(&s, 2, 0);
         put_error(&s, 3, 5);
@@ -884,7 +892,7 @@ mod tests {
     #[test]
     fn a_declined_kind_change_keeps_the_old_entry() {
         // Full shard: a cached error for key 1, hot values for keys 2 and 3.
-        let s: Shard<u64, u64> = Shard::new(3, 16, 9, true, 1, Columns::ALL);
+        let s: Shard<u64, u64> = Shard::new(3, 16, 9, true, 1, Columns::ALL, hasher());
         put_error(&s, 1, NEVER);
         put(&s, 2, 0);
         put(&s, 3, 0);
@@ -903,7 +911,7 @@ mod tests {
 
     #[test]
     fn dead_samples_are_evicted_first() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL);
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL, hasher());
         // A window of 10 samples covers all 10 entries, whatever its random start.
         let c = ShardConfig {
             samples: 10,
@@ -922,7 +930,7 @@ mod tests {
 
     #[test]
     fn fenced_write_is_dropped_after_a_remove() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL);
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL, hasher());
         let f = s.fence(h(1));
         assert_eq!(s.remove(h(1), &1), None);
         let out = write_value(&s, 1, NEVER, 1, 0, &cfg(), WriteMode::Fenced(f));
@@ -939,7 +947,7 @@ mod tests {
             samples: 5,
             swr_ms: 100,
         };
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL);
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL, hasher());
         write_value(&s, 1, 10, 1, 0, &c, WriteMode::Plain);
         assert!(
             !s.claim_refresh(h(1), &1, 5, 100),

@@ -3,21 +3,24 @@
 //! locks or waits.
 //!
 //! Layout. Values live in `slots`, which hold only what a hit reads (key, value, expiry, recency);
-//! the rest of each value entry is in parallel cold columns: its key hash always, its weight and
-//! refresh gate only in a cache that has a weigher or a stale window (`Columns`).
+//! its weight and refresh gate are in parallel cold columns, kept only in a cache that has a
+//! weigher or a stale window (`Columns`). Its key hash is not stored at all: the index gets it
+//! from the key and the cache's hasher when it needs it (removal, swaps, growth).
 //! Cached fill errors (negative caching) live in their own array, `errors`, so a value slot
 //! carries no value-or-error tag: a `u64 -> u64` slot is 32 bytes, two to a cache line and none
 //! straddling two. A hit reads one slot at a random place, so at 100K+ entries the slot array's
 //! size decides whether that read is served from the last-level cache (measured in
 //! docs/benchmarks.md: 64-byte slots ~117 ns per get at 100K entries, 40-byte ones ~82).
 //!
-//! `index` (a `hashbrown::HashTable<u32>` keyed by the precomputed key hash) maps a key to its
-//! place, an [`At`]: the top bit says which array. Deleting swap-removes, so neither array has
-//! holes and a random number below `slots.len() + errors.len()` names a uniformly random entry:
-//! sampling `k` victims is O(k) at any size. The swap moves one entry, whose index entry is found
-//! by hash and place (one probe, no key comparison).
+//! `index` (a `hashbrown::HashTable<u32>` keyed by the key hash) maps a key to its place, an
+//! [`At`]: the top bit says which array. Deleting swap-removes, so neither array has holes and a
+//! random number below `slots.len() + errors.len()` names a uniformly random entry; eviction
+//! samples a window of `k` adjacent entries from one such number, O(k) at any size. The swap
+//! moves one entry, whose index entry is found by hash and place (one probe, no key comparison);
+//! a new key's value evicting at capacity takes its victim's place and moves nothing.
 
 use std::borrow::Borrow;
+use std::hash::Hash;
 
 use hashbrown::HashTable;
 
@@ -171,10 +174,12 @@ impl<K, V> Removed<K, V> {
 /// The lock-protected part of a shard.
 pub(crate) struct Table<K, V> {
     slots: Vec<Slot<K, V>>,
-    /// The cold columns of `slots[i]`, never read by a fresh hit, are `hashes[i]`, `weights[i]`
-    /// and `gates[i]`: pushed and swap-removed together with the slot. The key's full hash
-    /// re-locates the entry in the index (removal, swaps).
-    hashes: Vec<u64>,
+    /// The cold columns of `slots[i]`, never read by a fresh hit, are `weights[i]` and
+    /// `gates[i]`: pushed and swap-removed together with the slot. A value's key hash is not
+    /// stored: it is recomputed from the key with `hasher` where the index needs it (removal,
+    /// swaps, the index's own growth), as `std`'s `HashMap` does. Storing it cost 8 bytes per
+    /// entry and, at 1M entries, a cache miss per eviction; hashing the key in the slot that
+    /// ranking already read costs a few instructions for small keys.
     /// Empty unless `columns.weighted`.
     weights: Vec<u64>,
     /// Empty unless `columns.gated`. A stale-while-revalidate refresh may start when
@@ -182,6 +187,9 @@ pub(crate) struct Table<K, V> {
     /// retry time.
     gates: Vec<AtomicU64>,
     columns: Columns,
+    /// The cache's hasher (the same keys as `Cache`'s): `hash_one(key)` is the hash every
+    /// method here is given for that key.
+    hasher: ahash::RandomState,
     errors: Vec<ErrorSlot<K>>,
     index: HashTable<u32>,
     pub(crate) weight: u64,
@@ -202,18 +210,29 @@ fn rank_of(expires_at: u64, last_access: u64, now: u64) -> u64 {
 
 /// The hash of the entry an index word names (for the index's own rehashing).
 #[inline]
-fn hash_at<K>(hashes: &[u64], errors: &[ErrorSlot<K>], j: u32) -> u64 {
+fn hash_at<K: Hash, V>(
+    hasher: &ahash::RandomState,
+    slots: &[Slot<K, V>],
+    errors: &[ErrorSlot<K>],
+    j: u32,
+) -> u64 {
     match At::decode(j) {
-        At::Value(i) => hashes[i],
+        At::Value(i) => hasher.hash_one(&slots[i].key),
         At::Error(i) => errors[i].hash,
     }
 }
 
-impl<K: Eq, V> Table<K, V> {
-    pub(crate) fn new(capacity: u64, pool_size: usize, seed: u64, columns: Columns) -> Self {
+impl<K: Eq + Hash, V> Table<K, V> {
+    pub(crate) fn new(
+        capacity: u64,
+        pool_size: usize,
+        seed: u64,
+        columns: Columns,
+        hasher: ahash::RandomState,
+    ) -> Self {
         Self {
             slots: Vec::new(),
-            hashes: Vec::new(),
+            hasher,
             weights: Vec::new(),
             gates: Vec::new(),
             columns,
@@ -283,7 +302,7 @@ impl<K: Eq, V> Table<K, V> {
     /// The full hash of the entry at `at`.
     #[inline]
     pub(crate) fn hash_of(&self, at: At) -> u64 {
-        hash_at(&self.hashes, &self.errors, at.encode())
+        hash_at(&self.hasher, &self.slots, &self.errors, at.encode())
     }
 
     pub(crate) fn expires_at(&self, at: At) -> u64 {
@@ -328,7 +347,6 @@ impl<K: Eq, V> Table<K, V> {
                 .saturating_sub(len);
             self.slots.reserve_exact(len.max(4).min(room).max(1));
             let cap = self.slots.capacity();
-            self.hashes.reserve_exact(cap - self.hashes.len());
             if self.columns.weighted {
                 self.weights.reserve_exact(cap - self.weights.len());
             }
@@ -338,11 +356,10 @@ impl<K: Eq, V> Table<K, V> {
         }
         let at = At::Value(self.slots.len()).encode();
         self.slots.push(slot);
-        self.hashes.push(hash);
         self.push_cold_columns(weight);
-        let (hashes, errors) = (&self.hashes, &self.errors);
+        let (hasher, slots, errors) = (&self.hasher, &self.slots, &self.errors);
         self.index
-            .insert_unique(hash, at, |&j| hash_at(hashes, errors, j));
+            .insert_unique(hash, at, |&j| hash_at(hasher, slots, errors, j));
     }
 
     /// Adds a cached error for a key that has no entry. The caller has made room.
@@ -352,21 +369,14 @@ impl<K: Eq, V> Table<K, V> {
         let hash = error.hash;
         self.weight += 1;
         self.errors.push(error);
-        let (hashes, errors) = (&self.hashes, &self.errors);
+        let (hasher, slots, errors) = (&self.hasher, &self.slots, &self.errors);
         self.index
-            .insert_unique(hash, at, |&j| hash_at(hashes, errors, j));
+            .insert_unique(hash, at, |&j| hash_at(hasher, slots, errors, j));
     }
 
     /// Replaces the value at `i` (same key), resetting its refresh gate. Returns the old slot.
-    pub(crate) fn replace_value(
-        &mut self,
-        i: usize,
-        slot: Slot<K, V>,
-        hash: u64,
-        weight: u64,
-    ) -> Slot<K, V> {
+    pub(crate) fn replace_value(&mut self, i: usize, slot: Slot<K, V>, weight: u64) -> Slot<K, V> {
         self.weight -= self.weight_of(At::Value(i));
-        self.hashes[i] = hash;
         if self.columns.weighted {
             self.weights[i] = weight;
         }
@@ -404,7 +414,6 @@ impl<K: Eq, V> Table<K, V> {
     /// subtracts its weight.
     fn swap_remove_cold_columns(&mut self, i: usize) {
         self.weight -= self.weight_of(At::Value(i));
-        self.hashes.swap_remove(i);
         if self.columns.weighted {
             self.weights.swap_remove(i);
         }
@@ -425,16 +434,17 @@ impl<K: Eq, V> Table<K, V> {
         weight: u64,
     ) -> Slot<K, V> {
         let word = At::Value(i).encode();
-        match self.index.find_entry(self.hashes[i], |&j| j == word) {
+        let old_hash = self.hasher.hash_one(&self.slots[i].key);
+        match self.index.find_entry(old_hash, |&j| j == word) {
             Ok(e) => {
                 e.remove();
             }
             Err(_) => debug_assert!(false, "victim {i} missing from the index"),
         }
-        let victim = self.replace_value(i, slot, hash, weight);
-        let (hashes, errors) = (&self.hashes, &self.errors);
+        let victim = self.replace_value(i, slot, weight);
+        let (hasher, slots, errors) = (&self.hasher, &self.slots, &self.errors);
         self.index
-            .insert_unique(hash, word, |&j| hash_at(hashes, errors, j));
+            .insert_unique(hash, word, |&j| hash_at(hasher, slots, errors, j));
         victim
     }
 
@@ -466,7 +476,7 @@ impl<K: Eq, V> Table<K, V> {
             At::Value(i) => {
                 let last = self.slots.len() - 1;
                 if i != last {
-                    let moved = self.hashes[last];
+                    let moved = self.hasher.hash_one(&self.slots[last].key);
                     self.repoint(moved, At::Value(last), at);
                 }
                 self.swap_remove_cold_columns(i);
@@ -668,7 +678,6 @@ impl<K: Eq, V> Table<K, V> {
     /// Empties the table. Returns the entries, to be dropped after the lock is released.
     pub(crate) fn take_all(&mut self) -> (Vec<Slot<K, V>>, Vec<ErrorSlot<K>>) {
         self.index.clear();
-        self.hashes = Vec::new();
         self.weights = Vec::new();
         self.gates = Vec::new();
         self.weight = 0;

@@ -46,6 +46,36 @@ fn borrowed_lookups_work() {
 }
 
 #[test]
+fn string_keys_survive_churn_with_borrowed_lookups() {
+    // The table does not store key hashes: evictions, swap-removes and the index's growth hash
+    // the stored `String` again, which must agree with the `&str` lookups.
+    let c: Cache<String, usize> = Cache::builder(200).shards(2).seed(7).build();
+    for i in 0..2_000usize {
+        let key = format!("key-{i}");
+        c.insert(key.clone(), i, FOREVER).unwrap();
+        if i % 5 == 0 {
+            let old = format!("key-{}", i / 2);
+            c.remove(old.as_str());
+        }
+        assert!(c.len() <= 200);
+    }
+    let mut found = 0;
+    for i in 0..2_000usize {
+        let key = format!("key-{i}");
+        if let Some(v) = c.get(key.as_str()) {
+            assert_eq!(v, i);
+            assert!(c.contains_key(key.as_str()));
+            found += 1;
+        }
+    }
+    assert_eq!(found, c.len());
+    for i in 0..2_000usize {
+        c.remove(format!("key-{i}").as_str());
+    }
+    assert!(c.is_empty());
+}
+
+#[test]
 fn entries_expire_after_their_ttl() {
     let clock = ManualClock::new();
     let c = cache(100, &clock);
