@@ -164,6 +164,10 @@ impl Policy for ExactLru {
 /// least recently used one, optionally merging them into a `pool` of the oldest candidates seen
 /// across evictions (Redis keeps 16). A pool entry whose key was touched or evicted since it was
 /// pooled is discarded when it comes up.
+///
+/// [`SampledLru::windowed`] samples as ttl-lru does (and as Redis's `dictGetSomeKeys` walks
+/// adjacent buckets): `samples` adjacent entries from one random start, wrapping, with the new
+/// key put in its victim's place. Written independently of the crate, to check its numbers.
 #[derive(Debug)]
 pub struct SampledLru {
     capacity: usize,
@@ -174,6 +178,7 @@ pub struct SampledLru {
     index: HashMap<u64, usize, RandomState>,
     pool: Vec<(u64, u64)>,
     rng: Rng,
+    window: bool,
 }
 
 impl SampledLru {
@@ -188,13 +193,30 @@ impl SampledLru {
             index: HashMap::with_capacity_and_hasher(capacity, RandomState::with_seeds(5, 6, 7, 8)),
             pool: Vec::with_capacity(pool_size + samples),
             rng: Rng::new(seed),
+            window: false,
+        }
+    }
+
+    /// Like [`new`](Self::new), sampling a window of adjacent entries (see the type's docs).
+    pub fn windowed(capacity: usize, samples: usize, pool_size: usize, seed: u64) -> Self {
+        Self {
+            window: true,
+            ..Self::new(capacity, samples, pool_size, seed)
         }
     }
 
     fn choose_victim(&mut self) -> usize {
         let mut best: Option<(u64, usize)> = None;
-        for _ in 0..self.samples {
-            let idx = self.rng.below(self.slots.len() as u64) as usize;
+        let len = self.slots.len();
+        let start = self.rng.below(len as u64) as usize;
+        for s in 0..self.samples {
+            let idx = if self.window {
+                (start + s) % len
+            } else if s == 0 {
+                start
+            } else {
+                self.rng.below(len as u64) as usize
+            };
             let (key, stamp) = self.slots[idx];
             if best.is_none_or(|(s, _)| stamp < s) {
                 best = Some((stamp, idx));
@@ -233,6 +255,12 @@ impl Policy for SampledLru {
         }
         if self.slots.len() >= self.capacity {
             let victim = self.choose_victim();
+            if self.window {
+                let (old_key, _) = std::mem::replace(&mut self.slots[victim], (key, self.clock));
+                self.index.remove(&old_key);
+                self.index.insert(key, victim);
+                return false;
+            }
             let (old_key, _) = self.slots.swap_remove(victim);
             self.index.remove(&old_key);
             if let Some(&(moved, _)) = self.slots.get(victim) {
@@ -409,6 +437,19 @@ mod tests {
             simulate(&mut SampledLru::new(0, 5, 16, 1), [1, 1, 1]).hits,
             0
         );
+    }
+
+    #[test]
+    fn a_window_as_wide_as_the_cache_is_exact_lru() {
+        // Every eviction sees every entry, so it evicts the true LRU one.
+        let keys: Vec<u64> = (0..5_000u64).map(|i| (i * 7919) % 37 + (i % 3)).collect();
+        let exact = simulate(&mut ExactLru::new(16), keys.iter().copied()).hits;
+        let window = simulate(
+            &mut SampledLru::windowed(16, 16, 0, 3),
+            keys.iter().copied(),
+        )
+        .hits;
+        assert_eq!(window, exact);
     }
 
     #[test]

@@ -149,16 +149,23 @@ fn contenders(opts: &Options) -> Vec<Contender> {
     if !opts.model {
         return with_peers(list, opts.peers);
     }
-    for pool in [0usize, 16] {
-        for k in [1usize, 5, 10, 16] {
-            let label = if pool == 0 {
-                format!("model sampled k={k}")
-            } else {
-                format!("model sampled k={k} + pool {pool}")
-            };
-            list.push(contender(label, move |c| {
-                Box::new(SampledLru::new(c, k, pool, 42))
-            }));
+    for window in [false, true] {
+        let kind = if window { "window" } else { "sampled" };
+        for pool in [0usize, 16] {
+            for k in [1usize, 5, 10, 16] {
+                let label = if pool == 0 {
+                    format!("model {kind} k={k}")
+                } else {
+                    format!("model {kind} k={k} + pool {pool}")
+                };
+                list.push(contender(label, move |c| {
+                    Box::new(if window {
+                        SampledLru::windowed(c, k, pool, 42)
+                    } else {
+                        SampledLru::new(c, k, pool, 42)
+                    })
+                }));
+            }
         }
     }
     with_peers(list, opts.peers)
