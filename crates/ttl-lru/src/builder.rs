@@ -7,19 +7,19 @@ use std::time::Duration;
 use crate::admission::Admission;
 use crate::cache::{Cache, Inner, Weigher};
 use crate::clock::{Clock, ClockSource, CoarseClock, duration_to_ms};
-use crate::hits::HitCounters;
-use crate::shard::{Shard, ShardConfig};
+use crate::shard::{FromCache, Shard, ShardConfig};
 use crate::stats::CachePadded;
 use crate::table::Columns;
+use crate::tally::Tally;
 
-/// Default number of random samples per eviction, measured with `benches --bin hitratio`
+/// Default number of samples per eviction, measured with `benches --bin hitratio`
 /// (docs/benchmarks.md) against exact LRU on the ARC traces and zipf 0.8/1.0/1.2, with the
 /// candidate pool on and 8 shards: k=10 stays within 0.3 hit-ratio points of exact LRU on every
-/// trace and size (worst P2 +0.26, OLTP at 15K -0.11); k=8 missed by 0.0005 on P2 (+0.3005,
+/// trace and size (worst P2 +0.26, OLTP at 15K -0.12); k=8 missed by 0.0005 on P2 (+0.3005,
 /// sampling above LRU), k=5 missed by more. The `k` samples are adjacent entries from a random
 /// start, so they cost a few cache lines, not `k` misses; 10 is the smallest k that holds the
 /// goal everywhere. (Adjacent samples are less independent than random ones: without the pool,
-/// k=10 lands up to 0.2 points further from LRU than independent draws would; with it, no
+/// k=10 lands up to 0.25 points further from LRU than independent draws would; with it, no
 /// figure moved by more than 0.02.)
 pub const DEFAULT_SAMPLES: usize = 10;
 /// Default size of the per-shard eviction candidate pool (Redis's `EVPOOL_SIZE`).
@@ -221,6 +221,7 @@ where
         let caps = split_capacity(self.capacity, shard_count);
         let tinylfu = self.admission == Admission::TinyLfu;
         let recency_ms = duration_to_ms(self.recency);
+        let tally = Arc::new(Tally::new());
         let columns = Columns {
             weighted: self.weigher.is_some(),
             gated: duration_to_ms(self.stale_while_revalidate) > 0,
@@ -239,8 +240,11 @@ where
                     seed,
                     tinylfu,
                     recency_ms,
-                    columns,
-                    hasher.clone(),
+                    FromCache {
+                        columns,
+                        hasher: hasher.clone(),
+                        tally: Arc::clone(&tally),
+                    },
                 )
             })
             .collect();
@@ -266,7 +270,7 @@ where
             negative_ttl_ms: duration_to_ms(self.negative_ttl),
             weigher: self.weigher,
             fills: CachePadded::default(),
-            hits: HitCounters::new(),
+            tally,
             group: group.build(),
         });
         if inner.name.is_some() {

@@ -9,9 +9,9 @@ use std::time::Duration;
 use crate::builder::{CacheBuilder, split_capacity};
 use crate::clock::{ClockSource, duration_to_ms};
 use crate::error::InsertError;
-use crate::hits::HitCounters;
 use crate::shard::{ErasedError, NEVER, Shard, ShardConfig, Stored, WriteMode, WriteOutcome};
 use crate::stats::{CachePadded, FillCounters, Stats};
+use crate::tally::Tally;
 
 /// A weigher: the weight of an entry, counted against capacity.
 pub(crate) type Weigher<K, V> = Arc<dyn Fn(&K, &V) -> u64 + Send + Sync>;
@@ -54,8 +54,8 @@ pub(crate) struct Inner<K, V> {
     pub(crate) negative_ttl_ms: u64,
     pub(crate) weigher: Option<Weigher<K, V>>,
     pub(crate) fills: CachePadded<FillCounters>,
-    /// Fresh and stale hits, counted per thread (see `hits.rs`).
-    pub(crate) hits: HitCounters,
+    /// Hits, misses, inserts, evictions and expirations, counted per thread (see `tally.rs`).
+    pub(crate) tally: Arc<Tally>,
     pub(crate) group: coalesce::Group<K, V, ErasedError>,
 }
 
@@ -244,8 +244,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
-        self.shard(hash)
-            .get(hash, key, self.now(), &self.inner.hits)
+        self.shard(hash).get(hash, key, self.now())
     }
 
     /// The value with its expiry and freshness; stale entries (inside the stale-while-revalidate
@@ -257,9 +256,9 @@ where
     {
         let hash = self.hash(key);
         let now = self.now();
-        let snap =
-            self.shard(hash)
-                .lookup(hash, key, now, self.inner.cfg.swr_ms, &self.inner.hits)?;
+        let snap = self
+            .shard(hash)
+            .lookup(hash, key, now, self.inner.cfg.swr_ms)?;
         Some(Entry {
             value: snap.value,
             expires_in: (snap.expires_at != NEVER)
@@ -392,7 +391,7 @@ where
             s.size += len as u64;
             s.weight += weight;
         }
-        s.add_hits(&self.inner.hits);
+        s.add_tally(&self.inner.tally);
         s.add_fills(&self.inner.fills);
         s.lookups = s.hits + s.misses + s.stale_hits + s.negative_hits;
         s.capacity = self.capacity();

@@ -68,7 +68,6 @@ mod builder;
 mod cache;
 mod clock;
 mod error;
-mod hits;
 mod pool;
 mod read_through;
 pub mod registry;
@@ -77,6 +76,7 @@ mod shard;
 mod stats;
 mod sync;
 mod table;
+mod tally;
 
 pub use admission::Admission;
 pub use builder::{CacheBuilder, DEFAULT_POOL_SIZE, DEFAULT_RECENCY_RESOLUTION, DEFAULT_SAMPLES};

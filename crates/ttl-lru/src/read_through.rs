@@ -283,7 +283,7 @@ where
         let now = self.now();
         match self
             .shard(hash)
-            .probe(hash, key, now, self.inner.cfg.swr_ms, &self.inner.hits)
+            .probe(hash, key, now, self.inner.cfg.swr_ms)
         {
             Probe::Fresh(value) => Front::Answer(Ok(Fetched {
                 value,

@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use crate::admission::FrequencySketch;
 use crate::error::InsertError;
-use crate::hits::{Hit, HitCounters};
 use crate::stats::{CachePadded, ShardCounters};
 use crate::sync::{AtomicU64, Ordering, RwLock, WriteGuard};
 use crate::table::{At, Columns, ErrorSlot, MAX_ENTRIES, Removed, Slot, Table};
+use crate::tally::{Event, Tally};
 
 /// A fill error as stored for negative caching (downcast to the caller's `E` on the way out).
 pub(crate) type ErasedError = Arc<dyn Any + Send + Sync>;
@@ -116,6 +116,14 @@ pub(crate) enum WriteOutcome {
     Fenced,
 }
 
+/// What every shard of a cache gets from the cache.
+pub(crate) struct FromCache {
+    pub(crate) columns: Columns,
+    /// The cache's hasher: the table re-hashes stored keys with it.
+    pub(crate) hasher: ahash::RandomState,
+    pub(crate) tally: Arc<Tally>,
+}
+
 /// A shard: its table behind a lock, its invalidation fences, counters and admission sketch.
 /// Aligned to 128 bytes so one shard's lock word never shares a cache line with its neighbour's.
 #[repr(align(128))]
@@ -124,7 +132,10 @@ pub(crate) struct Shard<K, V> {
     /// A hit records its time only if the entry's recorded one is at least this old (>= 1 ms).
     recency_ms: u64,
     fences: [AtomicU64; FENCE_STRIPES],
+    /// Rare events; the frequent ones go to `tally`.
     pub(crate) counters: CachePadded<ShardCounters>,
+    /// The cache's per-thread counters (shared with the other shards and `Cache::stats`).
+    pub(crate) tally: Arc<Tally>,
     sketch: Option<FrequencySketch>,
 }
 
@@ -140,14 +151,19 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         seed: u64,
         admission: bool,
         recency_ms: u64,
-        columns: Columns,
-        hasher: ahash::RandomState,
+        shared: FromCache,
     ) -> Self {
+        let FromCache {
+            columns,
+            hasher,
+            tally,
+        } = shared;
         Self {
             table: RwLock::new(Table::new(capacity, pool_size, seed, columns, hasher)),
             recency_ms: recency_ms.max(1),
             fences: std::array::from_fn(|_| AtomicU64::new(0)),
             counters: CachePadded::default(),
+            tally,
             sketch: admission.then(|| FrequencySketch::new(capacity)),
         }
     }
@@ -161,7 +177,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
 
     /// The hit path of `get`: a fresh value or `None`.
     #[inline]
-    pub(crate) fn get<Q>(&self, hash: u64, q: &Q, now: u64, hits: &HitCounters) -> Option<V>
+    pub(crate) fn get<Q>(&self, hash: u64, q: &Q, now: u64) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -172,24 +188,17 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             let s = t.slot(i);
             if now < s.expires_at {
                 s.touch(now, self.recency_ms);
-                hits.record(Hit::Fresh);
+                self.tally.record(Event::Fresh);
                 return Some(s.value.clone());
             }
         }
         drop(t);
-        self.counters.misses.incr();
+        self.tally.record(Event::Miss);
         None
     }
 
     /// A fresh or stale value with its expiry (does not claim a refresh).
-    pub(crate) fn lookup<Q>(
-        &self,
-        hash: u64,
-        q: &Q,
-        now: u64,
-        swr_ms: u64,
-        hits: &HitCounters,
-    ) -> Option<Snapshot<V>>
+    pub(crate) fn lookup<Q>(&self, hash: u64, q: &Q, now: u64, swr_ms: u64) -> Option<Snapshot<V>>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -202,9 +211,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 s.touch(now, self.recency_ms);
                 let stale = now >= s.expires_at;
                 if stale {
-                    hits.record(Hit::Stale);
+                    self.tally.record(Event::Stale);
                 } else {
-                    hits.record(Hit::Fresh);
+                    self.tally.record(Event::Fresh);
                 }
                 return Some(Snapshot {
                     value: s.value.clone(),
@@ -214,7 +223,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             }
         }
         drop(t);
-        self.counters.misses.incr();
+        self.tally.record(Event::Miss);
         None
     }
 
@@ -241,14 +250,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     }
 
     /// The read-through lookup: fresh, stale (claiming the refresh if it is open), cached error, or miss.
-    pub(crate) fn probe<Q>(
-        &self,
-        hash: u64,
-        q: &Q,
-        now: u64,
-        swr_ms: u64,
-        hits: &HitCounters,
-    ) -> Probe<V>
+    pub(crate) fn probe<Q>(&self, hash: u64, q: &Q, now: u64, swr_ms: u64) -> Probe<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -260,12 +262,12 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 let s = t.slot(i);
                 if now < s.expires_at {
                     s.touch(now, self.recency_ms);
-                    hits.record(Hit::Fresh);
+                    self.tally.record(Event::Fresh);
                     return Probe::Fresh(s.value.clone());
                 }
                 if now < s.usable_until(swr_ms) {
                     s.touch(now, self.recency_ms);
-                    hits.record(Hit::Stale);
+                    self.tally.record(Event::Stale);
                     return Probe::Stale {
                         value: s.value.clone(),
                         refresh: t.gate(i).is_some_and(|g| claim_gate(g, now)),
@@ -282,7 +284,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             None => {}
         }
         drop(t);
-        self.counters.misses.incr();
+        self.tally.record(Event::Miss);
         Probe::Miss
     }
 
@@ -378,14 +380,14 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 let evicted = self.evict_to_fit(&mut t, now, cfg, Some(At::Value(i)));
                 drop(t);
                 drop((old, evicted));
-                self.counters.inserts.incr();
+                self.tally.record(Event::Insert);
                 return Ok(WriteOutcome::Stored);
             }
             (Some(At::Error(i)), Stored::Error(error)) => {
                 let old = t.replace_error(i, ErrorSlot::new(key, error, hash, expires_at, now));
                 drop(t);
                 drop(old);
-                self.counters.inserts.incr();
+                self.tally.record(Event::Insert);
                 return Ok(WriteOutcome::Stored);
             }
             // A value replacing a cached error or the other way round: the old entry leaves
@@ -423,7 +425,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 drop(t);
                 self.count_removal(&victim, now);
                 drop((victim, evicted));
-                self.counters.inserts.incr();
+                self.tally.record(Event::Insert);
                 return Ok(WriteOutcome::Stored);
             }
             let victim = t.remove_keeping(v, &mut keep);
@@ -439,7 +441,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         }
         drop(t);
         drop((old, evicted));
-        self.counters.inserts.incr();
+        self.tally.record(Event::Insert);
         Ok(WriteOutcome::Stored)
     }
 
@@ -477,9 +479,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
 
     fn count_removal(&self, victim: &Removed<K, V>, now: u64) {
         if now >= victim.expires_at() {
-            self.counters.expirations.incr();
+            self.tally.record(Event::Expiration);
         } else {
-            self.counters.evictions.incr();
+            self.tally.record(Event::Eviction);
         }
     }
 
@@ -531,7 +533,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let mut t = self.table.write();
         let removed = t.remove_dead(now, swr_ms);
         drop(t);
-        self.counters.expirations.add(removed.len() as u64);
+        self.tally.add(Event::Expiration, removed.len() as u64);
         removed.len()
     }
 
@@ -621,6 +623,14 @@ mod tests {
         ahash::RandomState::with_seeds(1, 2, 3, 4)
     }
 
+    fn from_cache(columns: Columns) -> FromCache {
+        FromCache {
+            columns,
+            hasher: hasher(),
+            tally: Arc::new(Tally::new()),
+        }
+    }
+
     fn h(k: u64) -> u64 {
         hasher().hash_one(k)
     }
@@ -632,7 +642,7 @@ mod tests {
 
     #[test]
     fn slot_array_never_grows_past_the_capacity() {
-        let s: Shard<u64, u64> = Shard::new(1000, 16, 1, false, 1, Columns::ALL, hasher());
+        let s: Shard<u64, u64> = Shard::new(1000, 16, 1, false, 1, from_cache(Columns::ALL));
         for k in 0..5000 {
             put(&s, k, 0);
         }
@@ -642,7 +652,7 @@ mod tests {
 
     #[test]
     fn swap_remove_keeps_index_consistent() {
-        let s: Shard<u64, u64> = Shard::new(100, 16, 1, false, 1, Columns::ALL, hasher());
+        let s: Shard<u64, u64> = Shard::new(100, 16, 1, false, 1, from_cache(Columns::ALL));
         for k in 0..50 {
             put(&s, k, 0);
         }
@@ -651,14 +661,14 @@ mod tests {
         }
         for k in 0..50 {
             let expect = (k % 3 != 0).then_some(k);
-            assert_eq!(s.get(h(k), &k, 0, &HitCounters::new()), expect, "key {k}");
+            assert_eq!(s.get(h(k), &k, 0), expect, "key {k}");
         }
         assert_eq!(s.len(), 50 - 17);
     }
 
     #[test]
     fn at_capacity_a_new_value_takes_the_victims_place() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL, hasher());
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, from_cache(Columns::ALL));
         let c = ShardConfig {
             samples: 10,
             ..cfg()
@@ -677,7 +687,7 @@ mod tests {
         assert_eq!(t.find(h(2), &2), None);
         drop(t);
         for k in (0..10).filter(|&k| k != 2).chain([99]) {
-            assert_eq!(s.get(h(k), &k, 10, &HitCounters::new()), Some(k), "key {k}");
+            assert_eq!(s.get(h(k), &k, 10), Some(k), "key {k}");
         }
         assert_eq!(s.len(), 10);
     }
@@ -688,7 +698,7 @@ mod tests {
             weighted: false,
             gated: false,
         };
-        let s: Shard<u64, u64> = Shard::new(50, 16, 5, false, 1, bare, hasher());
+        let s: Shard<u64, u64> = Shard::new(50, 16, 5, false, 1, from_cache(bare));
         for k in 0..120 {
             put(&s, k, k);
         }
@@ -716,7 +726,7 @@ mod tests {
         // Fill the pool, shrink the arrays under it with removes (pooled places now past the end
         // or holding moved entries), then keep evicting: every key that is still there must be
         // found, and the capacity must hold.
-        let s: Shard<u64, u64> = Shard::new(200, 16, 5, false, 1, Columns::ALL, hasher());
+        let s: Shard<u64, u64> = Shard::new(200, 16, 5, false, 1, from_cache(Columns::ALL));
         for k in 0..400 {
             put(&s, k, k);
         }
@@ -749,7 +759,7 @@ mod tests {
     fn evicts_older_entries_more(pool: usize) {
         // 100 entries touched at times 1..=100; then insert 50 more. With sampling (and the pool)
         // the survivors should be skewed to recent ones.
-        let s: Shard<u64, u64> = Shard::new(100, pool, 7, false, 1, Columns::ALL, hasher());
+        let s: Shard<u64, u64> = Shard::new(100, pool, 7, false, 1, from_cache(Columns::ALL));
         for k in 0..100 {
             put(&s, k, k + 1);
         }
@@ -768,7 +778,7 @@ mod tests {
     /// Capacity 2 holds keys 1 (stored at t=0) and 2 (t=5); key 1 is read at t=50; key 3
     /// then evicts one of them. Returns whether key 1 survived.
     fn read_then_evict(recency_ms: u64) -> bool {
-        let s: Shard<u64, u64> = Shard::new(2, 0, 3, false, recency_ms, Columns::ALL, hasher());
+        let s: Shard<u64, u64> = Shard::new(2, 0, 3, false, recency_ms, from_cache(Columns::ALL));
         let c = ShardConfig {
             samples: 16,
             swr_ms: 0,
@@ -776,7 +786,7 @@ mod tests {
         for (k, t) in [(1, 0), (2, 5)] {
             write_value(&s, k, NEVER, 1, t, &c, WriteMode::Plain);
         }
-        assert_eq!(s.get(h(1), &1, 50, &HitCounters::new()), Some(1));
+        assert_eq!(s.get(h(1), &1, 50), Some(1));
         write_value(&s, 3, NEVER, 1, 60, &c, WriteMode::Plain);
         s.contains(h(1), &1, 60)
     }
@@ -807,7 +817,7 @@ mod tests {
     }
 
     fn probe_kind(s: &Shard<u64, u64>, k: u64, now: u64) -> &'static str {
-        match s.probe(h(k), &k, now, 0, &HitCounters::new()) {
+        match s.probe(h(k), &k, now, 0) {
             Probe::Fresh(v) => {
                 assert_eq!(v, k);
                 "value"
@@ -823,7 +833,7 @@ mod tests {
 
     #[test]
     fn values_and_cached_errors_replace_each_other_and_survive_swaps() {
-        let s: Shard<u64, u64> = Shard::new(100, 16, 5, false, 1, Columns::ALL, hasher());
+        let s: Shard<u64, u64> = Shard::new(100, 16, 5, false, 1, from_cache(Columns::ALL));
         for k in 0..40 {
             if k % 2 == 0 {
                 put(&s, k, 0);
@@ -853,10 +863,7 @@ mod tests {
             };
             assert_eq!(probe_kind(&s, k, 1), expect, "key {k}");
             // `get` serves values only.
-            assert_eq!(
-                s.get(h(k), &k, 1, &HitCounters::new()).is_some(),
-                expect == "value"
-            );
+            assert_eq!(s.get(h(k), &k, 1).is_some(), expect == "value");
         }
         assert_eq!(s.len(), 32);
         assert_eq!(s.weight(), 32);
@@ -864,7 +871,7 @@ mod tests {
 
     #[test]
     fn cached_errors_count_toward_capacity_and_are_evicted() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 9, false, 1, Columns::ALL, hasher());
+        let s: Shard<u64, u64> = Shard::new(10, 16, 9, false, 1, from_cache(Columns::ALL));
         for k in 0..10 {
             put_error(&s, k, NEVER);
         }
@@ -876,13 +883,13 @@ mod tests {
         let errors_left = (0..10).filter(|&k| probe_kind(&s, k, 2) == "error").count();
         assert!(errors_left < 10, "sampling reaches the error array too");
         // A dead cached error is evicted before any value.
-        let s: Shard<u64, u64> = Shard::new(3, 16, 9, false, 1, Columns::ALL, hasher());
+        let s: Shard<u64, u64> = Shard::new(3, 16, 9, false, 1, from_cache(Columns::ALL));
         put(&s, 1, 0);
         put(&s, 2, 0);
         put_error(&s, 3, 5);
         put(&s, 4, 10);
         assert_eq!(probe_kind(&s, 3, 10), "miss");
-        assert_eq!(s.counters.expirations.get(), 1);
+        assert_eq!(s.tally.get(Event::Expiration), 1);
         assert_eq!(
             (probe_kind(&s, 1, 10), probe_kind(&s, 2, 10)),
             ("value", "value")
@@ -892,13 +899,13 @@ mod tests {
     #[test]
     fn a_declined_kind_change_keeps_the_old_entry() {
         // Full shard: a cached error for key 1, hot values for keys 2 and 3.
-        let s: Shard<u64, u64> = Shard::new(3, 16, 9, true, 1, Columns::ALL, hasher());
+        let s: Shard<u64, u64> = Shard::new(3, 16, 9, true, 1, from_cache(Columns::ALL));
         put_error(&s, 1, NEVER);
         put(&s, 2, 0);
         put(&s, 3, 0);
         for _ in 0..10 {
             for k in [2, 3] {
-                assert_eq!(s.get(h(k), &k, 1, &HitCounters::new()), Some(k));
+                assert_eq!(s.get(h(k), &k, 1), Some(k));
             }
         }
         // A value for key 1 weighing 2 needs a victim; the admission filter prefers either hot
@@ -911,7 +918,7 @@ mod tests {
 
     #[test]
     fn dead_samples_are_evicted_first() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL, hasher());
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, from_cache(Columns::ALL));
         // A window of 10 samples covers all 10 entries, whatever its random start.
         let c = ShardConfig {
             samples: 10,
@@ -924,13 +931,13 @@ mod tests {
         // At t=10 key 4 is dead; every other entry was touched at 0 so all rank alike.
         write_value(&s, 99, NEVER, 1, 10, &c, WriteMode::Plain);
         assert!(!s.contains(h(4), &4, 10));
-        assert_eq!(s.counters.expirations.get(), 1);
-        assert_eq!(s.counters.evictions.get(), 0);
+        assert_eq!(s.tally.get(Event::Expiration), 1);
+        assert_eq!(s.tally.get(Event::Eviction), 0);
     }
 
     #[test]
     fn fenced_write_is_dropped_after_a_remove() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL, hasher());
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, from_cache(Columns::ALL));
         let f = s.fence(h(1));
         assert_eq!(s.remove(h(1), &1), None);
         let out = write_value(&s, 1, NEVER, 1, 0, &cfg(), WriteMode::Fenced(f));
@@ -947,7 +954,7 @@ mod tests {
             samples: 5,
             swr_ms: 100,
         };
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, Columns::ALL, hasher());
+        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, from_cache(Columns::ALL));
         write_value(&s, 1, 10, 1, 0, &c, WriteMode::Plain);
         assert!(
             !s.claim_refresh(h(1), &1, 5, 100),

@@ -1,10 +1,11 @@
-//! Counters: per shard and cache-padded, except hits (per thread, see `hits.rs`), summed into a
+//! Counters: the frequent ones per thread (`tally.rs`), the rare ones per shard and cache-padded,
+//! summed into a
 //! [`Stats`] snapshot on demand. Read-through counters live per cache; they are only
 //! written on misses.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::hits::{Hit, HitCounters};
+use crate::tally::{Event, Tally};
 
 /// Aligns its content to its own 128-byte block so two hot counters never share a cache line.
 #[derive(Debug, Default)]
@@ -36,14 +37,10 @@ impl Counter {
     }
 }
 
-/// Counters written under a shard's lock or on its hit path.
+/// A shard's counters of rare events (the frequent ones are per thread, in `tally.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct ShardCounters {
-    pub(crate) misses: Counter,
     pub(crate) negative_hits: Counter,
-    pub(crate) inserts: Counter,
-    pub(crate) evictions: Counter,
-    pub(crate) expirations: Counter,
     pub(crate) rejections: Counter,
 }
 
@@ -105,17 +102,17 @@ pub struct Stats {
 
 impl Stats {
     pub(crate) fn add_shard(&mut self, c: &ShardCounters) {
-        self.misses += c.misses.get();
         self.negative_hits += c.negative_hits.get();
-        self.inserts += c.inserts.get();
-        self.evictions += c.evictions.get();
-        self.expirations += c.expirations.get();
         self.rejections += c.rejections.get();
     }
 
-    pub(crate) fn add_hits(&mut self, c: &HitCounters) {
-        self.hits += c.get(Hit::Fresh);
-        self.stale_hits += c.get(Hit::Stale);
+    pub(crate) fn add_tally(&mut self, t: &Tally) {
+        self.hits += t.get(Event::Fresh);
+        self.stale_hits += t.get(Event::Stale);
+        self.misses += t.get(Event::Miss);
+        self.inserts += t.get(Event::Insert);
+        self.evictions += t.get(Event::Eviction);
+        self.expirations += t.get(Event::Expiration);
     }
 
     pub(crate) fn add_fills(&mut self, c: &FillCounters) {

@@ -281,6 +281,36 @@ fn stats_count_what_happened() {
 }
 
 #[test]
+fn stats_are_exact_across_threads() {
+    // Every frequent counter is a per-thread stripe written without a locked instruction; the
+    // sums must still be exact with threads that outnumber the stripes, and after they exit.
+    let c: Cache<u64, u64> = Cache::builder(1_000).seed(3).build();
+    let threads = 24u64;
+    let per_thread = 4_000u64;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let c = c.clone();
+            s.spawn(move || {
+                for i in 0..per_thread {
+                    let k = t * per_thread + i;
+                    c.insert(k, k, FOREVER).unwrap();
+                    c.get(&k);
+                    c.get(&(k + 1_000_000));
+                }
+            });
+        }
+    });
+    let s = c.stats();
+    let ops = threads * per_thread;
+    assert_eq!(s.inserts, ops);
+    assert_eq!(s.lookups, 2 * ops);
+    assert_eq!(s.hits + s.misses, 2 * ops);
+    assert!(s.misses >= ops, "every lookup of an absent key misses");
+    assert_eq!(s.evictions + s.expirations + s.size, ops);
+    assert!(s.size <= 1_000);
+}
+
+#[test]
 fn expired_samples_are_evicted_before_live_ones() {
     // Half the entries are expired: with 5 samples almost every eviction sees one and takes it,
     // where a blind choice would take a live entry half the time.

@@ -1,9 +1,13 @@
-//! Hit counting without a locked instruction on the hit path.
+//! Counting the frequent events (hits, misses, inserts, evictions, expirations) without a
+//! locked instruction and without a cache line that every thread writes.
 //!
 //! A hit used to `fetch_add` a per-shard counter: a locked read-modify-write, which on x86 is
 //! also a full barrier (measured ~4 ns of a ~60 ns get at 100K entries, and a cache line that
-//! every thread hitting the shard writes). Here each thread owns a stripe (its own cache line)
-//! of a cache's hit counters and bumps it with a plain relaxed load and store.
+//! every thread hitting the shard writes). Misses, inserts and evictions did the same until
+//! session 4: with two threads on a zipf 95/5 workload the per-shard counter line moved between
+//! the cores on every miss and insert (measured 72 -> 56 ns per operation by dropping the miss
+//! counter alone). Here each thread owns a stripe (its own cache line) of a cache's counters and
+//! bumps it with a plain relaxed load and store.
 //!
 //! The sums stay exact: a stripe has one writer at a time. A thread's stripe index is handed
 //! back only by its thread-local destructor, through a mutex, so the next thread to take the
@@ -18,37 +22,53 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::stats::CachePadded;
 
-/// Which hit counter to bump.
+/// Which counter to bump.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Hit {
+pub(crate) enum Event {
+    /// A fresh hit.
     Fresh,
+    /// A hit on a stale entry (inside the stale-while-revalidate window).
     Stale,
+    Miss,
+    Insert,
+    /// A live entry removed to make room.
+    Eviction,
+    /// An entry removed past its TTL (as a victim or by a purge).
+    Expiration,
 }
 
 #[derive(Debug, Default)]
 struct Stripe {
     fresh: AtomicU64,
     stale: AtomicU64,
+    misses: AtomicU64,
+    inserts: AtomicU64,
+    evictions: AtomicU64,
+    expirations: AtomicU64,
 }
 
 impl Stripe {
     #[inline]
-    fn counter(&self, hit: Hit) -> &AtomicU64 {
-        match hit {
-            Hit::Fresh => &self.fresh,
-            Hit::Stale => &self.stale,
+    fn counter(&self, event: Event) -> &AtomicU64 {
+        match event {
+            Event::Fresh => &self.fresh,
+            Event::Stale => &self.stale,
+            Event::Miss => &self.misses,
+            Event::Insert => &self.inserts,
+            Event::Eviction => &self.evictions,
+            Event::Expiration => &self.expirations,
         }
     }
 }
 
-/// A cache's fresh and stale hit counters: the shared overflow stripe first, then one stripe
-/// per thread index (thread `i` owns `stripes[i + 1]`).
+/// A cache's counters of frequent events: the shared overflow stripe first, then one stripe per
+/// thread index (thread `i` owns `stripes[i + 1]`). Shared by the cache and its shards.
 #[derive(Debug)]
-pub(crate) struct HitCounters {
+pub(crate) struct Tally {
     stripes: Box<[CachePadded<Stripe>]>,
 }
 
-impl HitCounters {
+impl Tally {
     /// Two stripes per available core (threads usually outnumber cores a little), at most 256.
     pub(crate) fn new() -> Self {
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
@@ -63,27 +83,34 @@ impl HitCounters {
     }
 
     #[inline]
-    pub(crate) fn record(&self, hit: Hit) {
+    pub(crate) fn record(&self, event: Event) {
+        self.add(event, 1);
+    }
+
+    #[inline]
+    pub(crate) fn add(&self, event: Event, n: u64) {
         // `thread_index` is `usize::MAX` for a thread without a stripe, so the add wraps to 0:
         // the overflow stripe.
         let stripe = thread_index().wrapping_add(1);
         match self.stripes.get(stripe) {
             Some(own) if stripe != 0 => {
                 // This thread is the stripe's only writer: no read-modify-write needed.
-                let c = own.counter(hit);
-                c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+                let c = own.counter(event);
+                c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
             }
             _ => {
-                self.stripes[0].counter(hit).fetch_add(1, Ordering::Relaxed);
+                self.stripes[0]
+                    .counter(event)
+                    .fetch_add(n, Ordering::Relaxed);
             }
         }
     }
 
     /// The sum over every stripe.
-    pub(crate) fn get(&self, hit: Hit) -> u64 {
+    pub(crate) fn get(&self, event: Event) -> u64 {
         self.stripes
             .iter()
-            .map(|s| s.counter(hit).load(Ordering::Relaxed))
+            .map(|s| s.counter(event).load(Ordering::Relaxed))
             .fold(0, u64::wrapping_add)
     }
 }
@@ -157,16 +184,16 @@ mod tests {
     #[test]
     fn concurrent_hits_are_counted_exactly() {
         // Fewer stripes than threads: some threads share the overflow stripe.
-        let counters = Arc::new(HitCounters::with_stripes(3));
+        let counters = Arc::new(Tally::with_stripes(3));
         let threads: Vec<_> = (0..8)
             .map(|t| {
                 let c = Arc::clone(&counters);
                 std::thread::spawn(move || {
                     for i in 0..20_000 {
                         c.record(if (i + t) % 5 == 0 {
-                            Hit::Stale
+                            Event::Stale
                         } else {
-                            Hit::Fresh
+                            Event::Fresh
                         });
                     }
                 })
@@ -175,23 +202,26 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        assert_eq!(counters.get(Hit::Fresh) + counters.get(Hit::Stale), 160_000);
-        assert_eq!(counters.get(Hit::Stale), 32_000);
+        assert_eq!(
+            counters.get(Event::Fresh) + counters.get(Event::Stale),
+            160_000
+        );
+        assert_eq!(counters.get(Event::Stale), 32_000);
     }
 
     #[test]
     fn a_reused_stripe_keeps_earlier_counts() {
-        let counters = Arc::new(HitCounters::with_stripes(2));
+        let counters = Arc::new(Tally::with_stripes(2));
         for _ in 0..10 {
             let c = Arc::clone(&counters);
             std::thread::spawn(move || {
                 for _ in 0..1_000 {
-                    c.record(Hit::Fresh);
+                    c.record(Event::Fresh);
                 }
             })
             .join()
             .unwrap();
         }
-        assert_eq!(counters.get(Hit::Fresh), 10_000);
+        assert_eq!(counters.get(Event::Fresh), 10_000);
     }
 }
