@@ -221,7 +221,7 @@ where
         let caps = split_capacity(self.capacity, shard_count);
         let tinylfu = self.admission == Admission::TinyLfu;
         let recency_ms = duration_to_ms(self.recency);
-        let tally = Arc::new(Tally::new());
+        let tally = Tally::new();
         let columns = Columns {
             weighted: self.weigher.is_some(),
             gated: duration_to_ms(self.stale_while_revalidate) > 0,
@@ -243,7 +243,7 @@ where
                     FromCache {
                         columns,
                         hasher: hasher.clone(),
-                        tally: Arc::clone(&tally),
+                        tally: tally.clone(),
                     },
                 )
             })

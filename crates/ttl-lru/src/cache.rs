@@ -55,7 +55,7 @@ pub(crate) struct Inner<K, V> {
     pub(crate) weigher: Option<Weigher<K, V>>,
     pub(crate) fills: CachePadded<FillCounters>,
     /// Hits, misses, inserts, evictions and expirations, counted per thread (see `tally.rs`).
-    pub(crate) tally: Arc<Tally>,
+    pub(crate) tally: Tally,
     pub(crate) group: coalesce::Group<K, V, ErasedError>,
 }
 

@@ -121,7 +121,7 @@ pub(crate) struct FromCache {
     pub(crate) columns: Columns,
     /// The cache's hasher: the table re-hashes stored keys with it.
     pub(crate) hasher: ahash::RandomState,
-    pub(crate) tally: Arc<Tally>,
+    pub(crate) tally: Tally,
 }
 
 /// A shard: its table behind a lock, its invalidation fences, counters and admission sketch.
@@ -135,7 +135,7 @@ pub(crate) struct Shard<K, V> {
     /// Rare events; the frequent ones go to `tally`.
     pub(crate) counters: CachePadded<ShardCounters>,
     /// The cache's per-thread counters (shared with the other shards and `Cache::stats`).
-    pub(crate) tally: Arc<Tally>,
+    pub(crate) tally: Tally,
     sketch: Option<FrequencySketch>,
 }
 
@@ -627,7 +627,7 @@ mod tests {
         FromCache {
             columns,
             hasher: hasher(),
-            tally: Arc::new(Tally::new()),
+            tally: Tally::new(),
         }
     }
 

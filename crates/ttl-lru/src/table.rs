@@ -77,8 +77,7 @@ impl<K, V> Slot<K, V> {
     }
 }
 
-/// Which per-value columns besides the key hash a table keeps. A column a cache cannot use is
-/// not kept at all: at 1M `u64 -> u64` entries, weights and refresh gates that every cache
+/// Which per-value cold columns a table keeps. A column a cache cannot use is not kept at all: at 1M `u64 -> u64` entries, weights and refresh gates that every cache
 /// carried cost 16 of 66.5 bytes per entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Columns {
@@ -174,13 +173,14 @@ impl<K, V> Removed<K, V> {
 /// The lock-protected part of a shard.
 pub(crate) struct Table<K, V> {
     slots: Vec<Slot<K, V>>,
-    /// The cold columns of `slots[i]`, never read by a fresh hit, are `weights[i]` and
-    /// `gates[i]`: pushed and swap-removed together with the slot. A value's key hash is not
-    /// stored: it is recomputed from the key with `hasher` where the index needs it (removal,
-    /// swaps, the index's own growth), as `std`'s `HashMap` does. Storing it cost 8 bytes per
-    /// entry and, at 1M entries, a cache miss per eviction; hashing the key in the slot that
-    /// ranking already read costs a few instructions for small keys.
-    /// Empty unless `columns.weighted`.
+    /// The weight of `slots[i]` (a cold column: never read by a fresh hit; pushed and
+    /// swap-removed together with the slot, like `gates`). Empty unless `columns.weighted`.
+    ///
+    /// A value's key hash is not stored: it is recomputed from the key with `hasher` where the
+    /// index needs it (removal, swaps, the index's own growth), as `std`'s `HashMap` does.
+    /// Storing it cost 8 bytes per entry and, at 1M entries, a cache miss per eviction; hashing
+    /// the key in the slot that ranking already read costs a few instructions for small keys.
+    /// (So the key's `Hash`, like its `Eq`, runs under the shard's lock.)
     weights: Vec<u64>,
     /// Empty unless `columns.gated`. A stale-while-revalidate refresh may start when
     /// `now >= gate`; `GATE_BUSY` (in `shard.rs`) while one runs; a failed refresh sets it to the

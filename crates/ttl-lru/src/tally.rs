@@ -16,9 +16,9 @@
 //! overflow stripe with `fetch_add`.
 
 use std::cell::Cell;
-use std::sync::Mutex;
 use std::sync::PoisonError;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::stats::CachePadded;
 
@@ -62,10 +62,12 @@ impl Stripe {
 }
 
 /// A cache's counters of frequent events: the shared overflow stripe first, then one stripe per
-/// thread index (thread `i` owns `stripes[i + 1]`). Shared by the cache and its shards.
-#[derive(Debug)]
+/// thread index (thread `i` owns `stripes[i + 1]`). Clones share the stripes: the cache and
+/// each of its shards hold one, so a shard reaches its stripe in one pointer hop from its own
+/// cache line (an `Arc<Tally>` made hits ~2% slower).
+#[derive(Debug, Clone)]
 pub(crate) struct Tally {
-    stripes: Box<[CachePadded<Stripe>]>,
+    stripes: Arc<[CachePadded<Stripe>]>,
 }
 
 impl Tally {
@@ -179,7 +181,6 @@ fn assign() -> usize {
 #[cfg(all(test, not(herd_loom)))]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn concurrent_hits_are_counted_exactly() {
