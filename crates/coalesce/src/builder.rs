@@ -1,4 +1,4 @@
-//! Configuration of a [`Group`](crate::Group).
+//! Configuration of a [`Group`].
 
 use std::marker::PhantomData;
 use std::time::Duration;
