@@ -666,17 +666,25 @@ mod tests {
         assert_eq!(s.len(), 50 - 17);
     }
 
-    #[test]
-    fn at_capacity_a_new_value_takes_the_victims_place() {
+    /// A shard of capacity 10 holding keys 0..10 (key `k` at place `k`), all stored at t=0;
+    /// key `dead` expires at t=5, the others never. The config samples 10: a window that covers
+    /// every entry, whatever its random start.
+    fn full_with_one_dead_entry(dead: u64) -> (Shard<u64, u64>, ShardConfig) {
         let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, from_cache(Columns::ALL));
         let c = ShardConfig {
             samples: 10,
             ..cfg()
         };
         for k in 0..10 {
-            let exp = if k == 2 { 5 } else { NEVER };
+            let exp = if k == dead { 5 } else { NEVER };
             write_value(&s, k, exp, 1, 0, &c, WriteMode::Plain);
         }
+        (s, c)
+    }
+
+    #[test]
+    fn at_capacity_a_new_value_takes_the_victims_place() {
+        let (s, c) = full_with_one_dead_entry(2);
         assert_eq!(s.table.read().find(h(2), &2), Some(At::Value(2)));
         // Key 2 (place 2) is the only dead entry, so it is the victim; the new key moves into
         // its place rather than the last entry being swapped there and the new one pushed.
@@ -918,16 +926,7 @@ mod tests {
 
     #[test]
     fn dead_samples_are_evicted_first() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, from_cache(Columns::ALL));
-        // A window of 10 samples covers all 10 entries, whatever its random start.
-        let c = ShardConfig {
-            samples: 10,
-            ..cfg()
-        };
-        for k in 0..10 {
-            let exp = if k == 4 { 5 } else { NEVER };
-            write_value(&s, k, exp, 1, 0, &c, WriteMode::Plain);
-        }
+        let (s, c) = full_with_one_dead_entry(4);
         // At t=10 key 4 is dead; every other entry was touched at 0 so all rank alike.
         write_value(&s, 99, NEVER, 1, 10, &c, WriteMode::Plain);
         assert!(!s.contains(h(4), &4, 10));
