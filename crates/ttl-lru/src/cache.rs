@@ -234,9 +234,9 @@ where
         Ok(out == WriteOutcome::Stored)
     }
 
-    /// The value if present and within its TTL. The hit path: a shard read lock, a relaxed
-    /// recency store (skipped when unchanged), a clone. No allocation, no shared counter besides
-    /// the shard's own.
+    /// The value if present and within its TTL. The hit path: a shard read lock (one swap on
+    /// this thread's own line), a relaxed recency store (skipped when unchanged), a count in
+    /// this thread's stripe, a clone. No allocation, no write to a line other threads write.
     #[inline]
     pub fn get<Q>(&self, key: &Q) -> Option<V>
     where

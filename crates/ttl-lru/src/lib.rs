@@ -48,10 +48,12 @@
 //!   across evictions, takes an already-expired sample at once, and puts a new key's value in its
 //!   victim's place. O(k) at any size; nothing on the insert path walks the map. Capacity is split
 //!   evenly over shards and holds after every insert.
-//! - **Hits** take the shard's read lock, store a relaxed recency stamp (only when the recorded
-//!   one is older than [`CacheBuilder::recency_resolution`], so read-mostly hits keep their cache
-//!   lines clean), count themselves in this thread's own counter stripe (no locked instruction)
-//!   and clone the value; no shared writes, no allocation.
+//! - **Hits** take the shard's read lock (one atomic swap on a cache line of this thread's own,
+//!   not a read-modify-write of a lock word every reader shares), store a relaxed recency stamp
+//!   (only when the recorded one is older than [`CacheBuilder::recency_resolution`], so
+//!   read-mostly hits keep their cache lines clean), count themselves in this thread's own counter
+//!   stripe (no locked instruction) and clone the value; no shared writes, no allocation. Writes
+//!   pay for it: each reads every reader mark of the cache (two per core).
 //! - **Time** comes from a [`Clock`]. The default [`CoarseClock`] is a process-wide atomic
 //!   millisecond tick refreshed by one background thread, so a hit reads time with one relaxed
 //!   load instead of `Instant::now()`. Tests inject [`ManualClock`] or [`TokioClock`].
@@ -73,6 +75,7 @@ mod read_through;
 pub mod registry;
 mod rng;
 mod shard;
+mod shard_lock;
 mod stats;
 mod sync;
 mod table;

@@ -1,7 +1,7 @@
 //! One shard of the store: its table (`table.rs`) behind a read-write lock, its invalidation
 //! fences, counters and admission sketch; every store operation of a shard is a method here.
 //!
-//! Concurrency: lookups hold the shard's read lock; they only write the entry's relaxed recency
+//! Concurrency: lookups hold the shard's read lock (`shard_lock.rs`); they only write the entry's relaxed recency
 //! stamp (skipped when unchanged) and, for a stale entry, CAS its refresh gate. Every structural
 //! change (insert, remove, evict, swap) holds the write lock, so no reader can observe a place
 //! that a swap-remove invalidates. User data taken out under the lock (old values, victims) is
@@ -14,8 +14,9 @@ use std::sync::Arc;
 
 use crate::admission::FrequencySketch;
 use crate::error::InsertError;
+use crate::shard_lock::{Readers, ShardLock, WriteGuard};
 use crate::stats::{CachePadded, ShardCounters};
-use crate::sync::{AtomicU64, Ordering, RwLock, WriteGuard};
+use crate::sync::{AtomicU64, Ordering};
 use crate::table::{At, Columns, ErrorSlot, MAX_ENTRIES, Removed, Slot, Table};
 use crate::tally::{Event, Tally};
 
@@ -122,13 +123,15 @@ pub(crate) struct FromCache {
     /// The cache's hasher: the table re-hashes stored keys with it.
     pub(crate) hasher: ahash::RandomState,
     pub(crate) tally: Tally,
+    /// The cache's reader marks, shared by every shard lock (`shard_lock.rs`).
+    pub(crate) readers: Arc<Readers>,
 }
 
 /// A shard: its table behind a lock, its invalidation fences, counters and admission sketch.
 /// Aligned to 128 bytes so one shard's lock word never shares a cache line with its neighbour's.
 #[repr(align(128))]
 pub(crate) struct Shard<K, V> {
-    table: RwLock<Table<K, V>>,
+    table: ShardLock<Table<K, V>>,
     /// A hit records its time only if the entry's recorded one is at least this old (>= 1 ms).
     recency_ms: u64,
     fences: [AtomicU64; FENCE_STRIPES],
@@ -157,9 +160,13 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             columns,
             hasher,
             tally,
+            readers,
         } = shared;
         Self {
-            table: RwLock::new(Table::new(capacity, pool_size, seed, columns, hasher)),
+            table: ShardLock::new(
+                Table::new(capacity, pool_size, seed, columns, hasher),
+                readers,
+            ),
             recency_ms: recency_ms.max(1),
             fences: std::array::from_fn(|_| AtomicU64::new(0)),
             counters: CachePadded::default(),
@@ -628,6 +635,7 @@ mod tests {
             columns,
             hasher: hasher(),
             tally: Tally::new(),
+            readers: Arc::new(Readers::new()),
         }
     }
 

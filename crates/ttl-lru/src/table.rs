@@ -90,7 +90,7 @@ pub(crate) struct Columns {
 
 impl Columns {
     /// Every column (shard-level tests use weights and gates freely).
-    #[cfg(test)]
+    #[cfg(all(test, not(herd_loom)))]
     pub(crate) const ALL: Columns = Columns {
         weighted: true,
         gated: true,
@@ -689,7 +689,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
     }
 
     /// Capacity of the slot array (tests: it never outgrows the shard's capacity).
-    #[cfg(test)]
+    #[cfg(all(test, not(herd_loom)))]
     pub(crate) fn slot_capacity(&self) -> usize {
         self.slots.capacity()
     }

@@ -153,7 +153,7 @@ impl Drop for Release {
 /// This thread's stripe index; `usize::MAX` (no stripe: use the overflow) if the thread's
 /// thread-locals are being destroyed.
 #[inline]
-fn thread_index() -> usize {
+pub(crate) fn thread_index() -> usize {
     match INDEX.try_with(Cell::get) {
         Ok(UNASSIGNED) => assign(),
         Ok(RELEASED) | Err(_) => usize::MAX,

@@ -1,7 +1,7 @@
 //! Loom models of the store's racy transitions (run with `cargo xtask loom`, or
 //! `RUSTFLAGS="--cfg herd_loom" cargo test --release -p ttl-lru --test loom --target-dir target/loom`).
 //!
-//! Under `herd_loom` the shard's lock, recency stamps, refresh gates and invalidation fences are
+//! Under `herd_loom` the shard's lock (built on loom's atomics, mutex and tracked cell), recency stamps, refresh gates and invalidation fences are
 //! loom types, so these models explore every interleaving of: lookups against evicting inserts and
 //! swap-removes (a reader never sees another key's slot), purges against re-inserts, a fill's
 //! fenced publish against a concurrent remove, and the one-refresh gate.
@@ -44,6 +44,32 @@ fn get_vs_evicting_insert() {
         let seen = reader.join().unwrap();
         assert!(writer.join().unwrap());
         assert!(seen.is_none() || seen == Some(10), "reader saw {seen:?}");
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.get(&2), Some(20));
+    });
+}
+
+/// Two readers and an evicting writer on one shard. Under loom a cache has one reader mark, so
+/// whichever reader comes first marks it and the other counts itself in the lock word: both
+/// kinds of reader race the writer's drain (loom's tracked cell fails the model if a read
+/// overlaps the write), and each reader sees the old value or nothing, never half a write.
+#[test]
+fn marked_and_shared_readers_vs_evicting_writer() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let c = cache(1, &clock);
+        c.insert(1, 10, FOREVER).unwrap();
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let c = c.clone();
+                thread::spawn(move || c.get(&1))
+            })
+            .collect();
+        assert!(c.insert(2, 20, FOREVER).unwrap());
+        for r in readers {
+            let seen = r.join().unwrap();
+            assert!(seen.is_none() || seen == Some(10), "reader saw {seen:?}");
+        }
         assert_eq!(c.len(), 1);
         assert_eq!(c.get(&2), Some(20));
     });
