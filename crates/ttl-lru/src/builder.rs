@@ -8,7 +8,6 @@ use crate::admission::Admission;
 use crate::cache::{Cache, Inner, Weigher};
 use crate::clock::{Clock, ClockSource, CoarseClock, duration_to_ms};
 use crate::shard::{FromCache, Shard, ShardConfig};
-use crate::shard_lock::Readers;
 use crate::stats::CachePadded;
 use crate::table::Columns;
 use crate::tally::Tally;
@@ -223,7 +222,6 @@ where
         let tinylfu = self.admission == Admission::TinyLfu;
         let recency_ms = duration_to_ms(self.recency);
         let tally = Tally::new();
-        let readers = Arc::new(Readers::new());
         let columns = Columns {
             weighted: self.weigher.is_some(),
             gated: duration_to_ms(self.stale_while_revalidate) > 0,
@@ -246,7 +244,6 @@ where
                         columns,
                         hasher: hasher.clone(),
                         tally: tally.clone(),
-                        readers: Arc::clone(&readers),
                     },
                 )
             })

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use crate::admission::FrequencySketch;
 use crate::error::InsertError;
-use crate::shard_lock::{Readers, ShardLock, WriteGuard};
+use crate::shard_lock::{ShardLock, WriteGuard};
 use crate::stats::{CachePadded, ShardCounters};
 use crate::sync::{AtomicU64, Ordering};
 use crate::table::{At, Columns, ErrorSlot, MAX_ENTRIES, Removed, Slot, Table};
@@ -123,8 +123,6 @@ pub(crate) struct FromCache {
     /// The cache's hasher: the table re-hashes stored keys with it.
     pub(crate) hasher: ahash::RandomState,
     pub(crate) tally: Tally,
-    /// The cache's reader marks, shared by every shard lock (`shard_lock.rs`).
-    pub(crate) readers: Arc<Readers>,
 }
 
 /// A shard: its table behind a lock, its invalidation fences, counters and admission sketch.
@@ -160,12 +158,11 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             columns,
             hasher,
             tally,
-            readers,
         } = shared;
         Self {
             table: ShardLock::new(
                 Table::new(capacity, pool_size, seed, columns, hasher),
-                readers,
+                tally.clone(),
             ),
             recency_ms: recency_ms.max(1),
             fences: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -191,16 +188,17 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     {
         self.record_access(hash);
         let t = self.table.read();
+        let me = t.me();
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
             if now < s.expires_at {
                 s.touch(now, self.recency_ms);
-                self.tally.record(Event::Fresh);
+                self.tally.record_as(me, Event::Fresh);
                 return Some(s.value.clone());
             }
         }
         drop(t);
-        self.tally.record(Event::Miss);
+        self.tally.record_as(me, Event::Miss);
         None
     }
 
@@ -212,15 +210,16 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     {
         self.record_access(hash);
         let t = self.table.read();
+        let me = t.me();
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
             if now < s.usable_until(swr_ms) {
                 s.touch(now, self.recency_ms);
                 let stale = now >= s.expires_at;
                 if stale {
-                    self.tally.record(Event::Stale);
+                    self.tally.record_as(me, Event::Stale);
                 } else {
-                    self.tally.record(Event::Fresh);
+                    self.tally.record_as(me, Event::Fresh);
                 }
                 return Some(Snapshot {
                     value: s.value.clone(),
@@ -230,7 +229,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             }
         }
         drop(t);
-        self.tally.record(Event::Miss);
+        self.tally.record_as(me, Event::Miss);
         None
     }
 
@@ -264,17 +263,18 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     {
         self.record_access(hash);
         let t = self.table.read();
+        let me = t.me();
         match t.find(hash, q) {
             Some(At::Value(i)) => {
                 let s = t.slot(i);
                 if now < s.expires_at {
                     s.touch(now, self.recency_ms);
-                    self.tally.record(Event::Fresh);
+                    self.tally.record_as(me, Event::Fresh);
                     return Probe::Fresh(s.value.clone());
                 }
                 if now < s.usable_until(swr_ms) {
                     s.touch(now, self.recency_ms);
-                    self.tally.record(Event::Stale);
+                    self.tally.record_as(me, Event::Stale);
                     return Probe::Stale {
                         value: s.value.clone(),
                         refresh: t.gate(i).is_some_and(|g| claim_gate(g, now)),
@@ -291,7 +291,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             None => {}
         }
         drop(t);
-        self.tally.record(Event::Miss);
+        self.tally.record_as(me, Event::Miss);
         Probe::Miss
     }
 
@@ -635,7 +635,6 @@ mod tests {
             columns,
             hasher: hasher(),
             tally: Tally::new(),
-            readers: Arc::new(Readers::new()),
         }
     }
 

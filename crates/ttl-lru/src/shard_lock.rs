@@ -4,11 +4,12 @@
 //! Why not `parking_lot::RwLock`: its read lock is a compare-and-swap on the lock word and its
 //! unlock a fetch-sub on the same word. Each is a locked instruction (on x86 also a full
 //! barrier), and together they were most of a cache hit: measured on the 2-core VM, an
-//! uncontended `read()` plus unlock costs 21.4 ns, the scheme here 11.9 ns (docs/benchmarks.md).
+//! uncontended `read()` plus unlock costs 21.4 ns, the scheme here 11.9 ns (docs/benchmarks.md,
+//! "Session 5").
 //! With several threads, every hit on a shard also moved the shared lock word between cores.
 //!
-//! How: each thread has a small index (`tally.rs` hands them out) and, per cache, a *mark*: a
-//! padded word in [`Readers`] that only that thread writes. A reader stores the lock's tag (its
+//! How: each thread has, per cache, a *mark*: a word in its own stripe of the cache's
+//! [`Tally`] (the cache line that also holds its hit counters), which only that thread writes. A reader stores the lock's tag (its
 //! address) in its mark with a sequentially consistent swap, then checks the lock's writer bit;
 //! releasing is a plain release store of 0. A writer queues on a mutex, sets the writer bit
 //! (sequentially consistent), and waits until no mark holds its tag and no shared reader is
@@ -34,12 +35,11 @@
 
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
-use std::sync::Arc;
 
-use crate::stats::CachePadded;
 use crate::sync::{
-    AtomicU64, Cell, CellMut, CellRef, Mutex, MutexGuard, Ordering, thread_index, wait_round,
+    AtomicU64, Cell, CellMut, CellRef, Mutex, MutexGuard, Ordering, sc_zero, wait_round,
 };
+use crate::tally::{Stripe, Tally};
 
 /// The ordering of the stores that leave the lock: a reader clearing its mark or its count, a
 /// writer clearing its bit. `Release` is what the handshake needs: under the language's
@@ -60,59 +60,14 @@ const WRITER: u64 = 1;
 /// The lock word counts shared (markless) readers in units of this.
 const SHARED_READER: u64 = 2;
 
-/// A zero whose first value is itself a sequentially consistent store. Free outside loom;
-/// under loom it matters: loom lets a `SeqCst` load skip a newer `SeqCst` store only in favour
-/// of another `SeqCst` store, and treats the value an atomic was created with as not `SeqCst`,
-/// so without this store it explores a reader and a writer that both read the initial zeros,
-/// an outcome the language's sequentially consistent order rules out.
-fn sc_zero() -> AtomicU64 {
-    let zero = AtomicU64::new(0);
-    zero.store(0, Ordering::SeqCst);
-    zero
-}
-
-/// One cache's reader marks: `marks[i]` is written only by the thread with index `i`. Shared by
-/// every shard lock of the cache.
-pub(crate) struct Readers {
-    marks: Box<[CachePadded<AtomicU64>]>,
-}
-
-impl Readers {
-    /// Two marks per available core, like the tally's stripes (threads usually outnumber cores
-    /// a little), at most 256. Under loom, one: in a model with two reading threads, whichever
-    /// reads first takes the mark and the other reads through the lock word, so the models cover
-    /// both kinds of reader against the writers.
-    pub(crate) fn new() -> Self {
-        #[cfg(not(herd_loom))]
-        let marks = std::thread::available_parallelism()
-            .map_or(4, |n| n.get())
-            .saturating_mul(2)
-            .clamp(1, 256);
-        #[cfg(herd_loom)]
-        let marks = 1;
-        Self::with_marks(marks)
-    }
-
-    pub(crate) fn with_marks(marks: usize) -> Self {
-        Self {
-            marks: (0..marks).map(|_| CachePadded(sc_zero())).collect(),
-        }
-    }
-
-    /// The calling thread's mark, if it has one.
-    #[inline]
-    fn mine(&self) -> Option<&AtomicU64> {
-        self.marks.get(thread_index()).map(|m| &m.0)
-    }
-}
-
 /// A reader-writer lock around one shard's table (see the module docs).
 pub(crate) struct ShardLock<T> {
     /// `WRITER` plus `SHARED_READER` times the number of markless readers inside.
     state: AtomicU64,
     /// Writers queue here; readers that meet a writer wait here until it is done.
     writers: Mutex,
-    readers: Arc<Readers>,
+    /// The cache's per-thread stripes: each holds its thread's mark.
+    tally: Tally,
     data: Cell<T>,
 }
 
@@ -123,11 +78,11 @@ unsafe impl<T: Send> Send for ShardLock<T> {}
 unsafe impl<T: Send + Sync> Sync for ShardLock<T> {}
 
 impl<T> ShardLock<T> {
-    pub(crate) fn new(value: T, readers: Arc<Readers>) -> Self {
+    pub(crate) fn new(value: T, tally: Tally) -> Self {
         Self {
             state: sc_zero(),
             writers: Mutex::new(),
-            readers,
+            tally,
             data: Cell::new(value),
         }
     }
@@ -143,16 +98,18 @@ impl<T> ShardLock<T> {
     /// when the guard drops.
     #[inline]
     pub(crate) fn read(&self) -> ReadGuard<'_, T> {
-        if let Some(mark) = self.readers.mine()
+        let me = self.tally.mine();
+        if let Some(line) = me
             // A thread already reading another shard of this cache keeps that mark.
-            && mark.load(Ordering::Relaxed) == 0
+            && line.mark.load(Ordering::Relaxed) == 0
         {
-            let tag = self.tag();
+            let (mark, tag) = (&line.mark, self.tag());
             loop {
                 mark.swap(tag, Ordering::SeqCst);
                 if self.state.load(Ordering::SeqCst) & WRITER == 0 {
                     return ReadGuard {
                         lock: self,
+                        me,
                         mark: Some(mark),
                         data: ManuallyDrop::new(self.data.get()),
                     };
@@ -161,17 +118,18 @@ impl<T> ShardLock<T> {
                 self.wait_for_writer();
             }
         }
-        self.read_shared()
+        self.read_shared(me)
     }
 
     /// Shared access for a thread without a free mark: counted in the lock word.
     #[cold]
-    fn read_shared(&self) -> ReadGuard<'_, T> {
+    fn read_shared<'a>(&'a self, me: Option<&'a Stripe>) -> ReadGuard<'a, T> {
         loop {
             let before = self.state.fetch_add(SHARED_READER, Ordering::SeqCst);
             if before & WRITER == 0 {
                 return ReadGuard {
                     lock: self,
+                    me,
                     mark: None,
                     data: ManuallyDrop::new(self.data.get()),
                 };
@@ -199,7 +157,7 @@ impl<T> ShardLock<T> {
             round = round.saturating_add(1);
         }
         let tag = self.tag();
-        for mark in self.readers.marks.iter() {
+        for mark in self.tally.marks() {
             let mut round = 0;
             while mark.load(Ordering::SeqCst) == tag {
                 wait_round(round);
@@ -217,9 +175,19 @@ impl<T> ShardLock<T> {
 /// Shared access to a shard's table; dropping it leaves the lock.
 pub(crate) struct ReadGuard<'a, T> {
     lock: &'a ShardLock<T>,
+    /// The reading thread's stripe, if it owns one (for counting the read's outcome).
+    me: Option<&'a Stripe>,
     /// The mark this reader set, or `None` for a shared reader counted in the lock word.
     mark: Option<&'a AtomicU64>,
     data: ManuallyDrop<CellRef<T>>,
+}
+
+impl<'a, T> ReadGuard<'a, T> {
+    /// The reading thread's stripe (see [`Tally::record_as`]); outlives the guard.
+    #[inline]
+    pub(crate) fn me(&self) -> Option<&'a Stripe> {
+        self.me
+    }
 }
 
 impl<T> Deref for ReadGuard<'_, T> {
@@ -281,13 +249,14 @@ impl<T> Drop for WriteGuard<'_, T> {
 
 #[cfg(all(test, not(herd_loom)))]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
     fn readers_and_writers_exclude_each_other() {
         // Writers keep two fields equal under the lock; readers must never see them differ.
-        let readers = Arc::new(Readers::with_marks(2));
-        let lock = Arc::new(ShardLock::new((0u64, 0u64), readers));
+        let lock = Arc::new(ShardLock::new((0u64, 0u64), Tally::with_stripes(2)));
         let threads: Vec<_> = (0..6)
             .map(|t| {
                 let lock = Arc::clone(&lock);
@@ -316,9 +285,9 @@ mod tests {
 
     #[test]
     fn a_nested_read_uses_the_lock_word_and_both_release() {
-        let readers = Arc::new(Readers::with_marks(64));
-        let a = ShardLock::new(1u8, Arc::clone(&readers));
-        let b = ShardLock::new(2u8, readers);
+        let tally = Tally::with_stripes(64);
+        let a = ShardLock::new(1u8, tally.clone());
+        let b = ShardLock::new(2u8, tally);
         {
             let ga = a.read();
             assert!(ga.mark.is_some(), "the first read takes the thread's mark");
@@ -339,7 +308,7 @@ mod tests {
 
     #[test]
     fn a_thread_without_a_mark_reads_through_the_lock_word() {
-        let lock = ShardLock::new(5u8, Arc::new(Readers::with_marks(0)));
+        let lock = ShardLock::new(5u8, Tally::with_stripes(0));
         let g = lock.read();
         assert!(g.mark.is_none());
         assert_eq!(lock.state.load(Ordering::Relaxed), SHARED_READER);
@@ -351,7 +320,7 @@ mod tests {
     #[test]
     fn a_writer_waits_for_a_marked_reader() {
         use std::sync::atomic::AtomicBool;
-        let lock = Arc::new(ShardLock::new(0u64, Arc::new(Readers::with_marks(64))));
+        let lock = Arc::new(ShardLock::new(0u64, Tally::with_stripes(64)));
         let wrote = Arc::new(AtomicBool::new(false));
         let g = lock.read();
         assert!(g.mark.is_some());

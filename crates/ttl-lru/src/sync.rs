@@ -12,6 +12,17 @@ pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(herd_loom)]
 pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
 
+/// A zero whose first value is itself a sequentially consistent store. Free outside loom;
+/// under loom it matters: loom lets a `SeqCst` load skip a newer `SeqCst` store only in favour
+/// of another `SeqCst` store, and treats the value an atomic was created with as not `SeqCst`,
+/// so without this store it explores a shard-lock reader and writer that both read the initial
+/// zeros, an outcome the language's sequentially consistent order rules out.
+pub(crate) fn sc_zero() -> AtomicU64 {
+    let zero = AtomicU64::new(0);
+    zero.store(0, Ordering::SeqCst);
+    zero
+}
+
 /// A mutex with an infallible guard on both backends (the shard lock's writer queue).
 pub(crate) struct Mutex {
     #[cfg(not(herd_loom))]

@@ -9,16 +9,17 @@
 //! counter alone). Here each thread owns a stripe (its own cache line) of a cache's counters and
 //! bumps it with a plain relaxed load and store.
 //!
+//! A stripe also holds its thread's reader mark for the cache's shard locks (`shard_lock.rs`),
+//! so a hit finds its lock mark and its counters with one thread-local lookup, in one line.
+//!
 //! The sums stay exact: a stripe has one writer at a time. A thread's stripe index is handed
 //! back only by its thread-local destructor, through a mutex, so the next thread to take the
 //! index sees every increment of the previous one. Threads beyond the cache's stripe count, and
 //! calls from thread-local destructors that run after the index was handed back, share one
 //! overflow stripe with `fetch_add`.
 
-use std::cell::Cell;
-use std::sync::PoisonError;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::stats::CachePadded;
 
@@ -37,8 +38,13 @@ pub(crate) enum Event {
     Expiration,
 }
 
-#[derive(Debug, Default)]
-struct Stripe {
+/// One thread's line of a cache: its shard-lock mark and its counters.
+#[derive(Debug)]
+pub(crate) struct Stripe {
+    /// This thread's reader mark for the cache's shard locks (`shard_lock.rs`): the tag of the
+    /// shard lock it is reading, or 0. In the same line as the counters, so a hit writes one
+    /// line of its own, found with one thread-local lookup.
+    pub(crate) mark: crate::sync::AtomicU64,
     fresh: AtomicU64,
     stale: AtomicU64,
     misses: AtomicU64,
@@ -48,6 +54,26 @@ struct Stripe {
 }
 
 impl Stripe {
+    fn new() -> Self {
+        Self {
+            mark: crate::sync::sc_zero(),
+            fresh: AtomicU64::new(0),
+            stale: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            inserts: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+            expirations: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds `n` to this thread's own counter: it is the stripe's only writer, so no
+    /// read-modify-write is needed.
+    #[inline]
+    fn bump(&self, event: Event, n: u64) {
+        let c = self.counter(event);
+        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
     #[inline]
     fn counter(&self, event: Event) -> &AtomicU64 {
         match event {
@@ -72,16 +98,41 @@ pub(crate) struct Tally {
 
 impl Tally {
     /// Two stripes per available core (threads usually outnumber cores a little), at most 256.
+    /// Under loom, one: in a model with two reading threads, whichever reads first owns the
+    /// stripe (and its shard-lock mark) and the other uses the shared paths, so the models cover
+    /// both kinds of reader.
     pub(crate) fn new() -> Self {
-        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
-        Self::with_stripes((cores * 2).clamp(1, 256))
+        #[cfg(not(herd_loom))]
+        let owned = std::thread::available_parallelism()
+            .map_or(4, |n| n.get())
+            .saturating_mul(2)
+            .clamp(1, 256);
+        #[cfg(herd_loom)]
+        let owned = 1;
+        Self::with_stripes(owned)
     }
 
     /// `owned` thread stripes after the overflow one.
     pub(crate) fn with_stripes(owned: usize) -> Self {
         Self {
-            stripes: (0..=owned).map(|_| CachePadded::default()).collect(),
+            stripes: (0..=owned).map(|_| CachePadded(Stripe::new())).collect(),
         }
+    }
+
+    /// The calling thread's own stripe, if it has one.
+    #[inline]
+    pub(crate) fn mine(&self) -> Option<&Stripe> {
+        // `thread_index` is `usize::MAX` for a thread without an index, so this wraps to 0: the
+        // overflow stripe, which no thread owns.
+        match crate::sync::thread_index().wrapping_add(1) {
+            0 => None,
+            i => self.stripes.get(i).map(|s| &s.0),
+        }
+    }
+
+    /// The marks of every owned stripe (a shard-lock writer waits on them).
+    pub(crate) fn marks(&self) -> impl Iterator<Item = &crate::sync::AtomicU64> {
+        self.stripes[1..].iter().map(|s| &s.0.mark)
     }
 
     #[inline]
@@ -91,16 +142,21 @@ impl Tally {
 
     #[inline]
     pub(crate) fn add(&self, event: Event, n: u64) {
-        // `thread_index` is `usize::MAX` for a thread without a stripe, so the add wraps to 0:
-        // the overflow stripe.
-        let stripe = thread_index().wrapping_add(1);
-        match self.stripes.get(stripe) {
-            Some(own) if stripe != 0 => {
-                // This thread is the stripe's only writer: no read-modify-write needed.
-                let c = own.counter(event);
-                c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-            }
-            _ => {
+        self.add_as(self.mine(), event, n);
+    }
+
+    /// Counts one `event` for the thread whose stripe is `me` (from [`mine`](Self::mine), taken
+    /// once per operation).
+    #[inline]
+    pub(crate) fn record_as(&self, me: Option<&Stripe>, event: Event) {
+        self.add_as(me, event, 1);
+    }
+
+    #[inline]
+    fn add_as(&self, me: Option<&Stripe>, event: Event, n: u64) {
+        match me {
+            Some(own) => own.bump(event, n),
+            None => {
                 self.stripes[0]
                     .counter(event)
                     .fetch_add(n, Ordering::Relaxed);
@@ -117,66 +173,77 @@ impl Tally {
     }
 }
 
-/// Stripe indices handed back by exited threads; the smallest is reused first, so long-lived
-/// threads keep low indices (which every cache has a stripe for).
-static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-/// The next never-used index.
-static NEXT: AtomicUsize = AtomicUsize::new(0);
+/// Thread indices (outside loom; loom's threads share one OS thread, so `sync.rs` numbers them
+/// itself).
+#[cfg(not(herd_loom))]
+mod index {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Mutex, PoisonError};
 
-/// `INDEX` before this thread has taken a stripe index.
-const UNASSIGNED: usize = usize::MAX - 1;
-/// `INDEX` once the index is handed back (thread-local destructors running late): overflow.
-const RELEASED: usize = usize::MAX;
+    /// Stripe indices handed back by exited threads; the smallest is reused first, so long-lived
+    /// threads keep low indices (which every cache has a stripe for).
+    static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+    /// The next never-used index.
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
 
-thread_local! {
-    /// This thread's stripe index. A plain `Cell` with a constant initialiser, so reading it on
-    /// the hit path is one thread-local load (no lazy-initialisation or destructor state).
-    static INDEX: Cell<usize> = const { Cell::new(UNASSIGNED) };
-    /// Hands the index back when the thread exits; touched once, when the index is taken.
-    static RELEASE: Release = const { Release };
-}
+    /// `INDEX` before this thread has taken a stripe index.
+    const UNASSIGNED: usize = usize::MAX - 1;
+    /// `INDEX` once the index is handed back (thread-local destructors running late): overflow.
+    const RELEASED: usize = usize::MAX;
 
-/// Returns this thread's index to `FREE` on thread exit.
-struct Release;
+    thread_local! {
+        /// This thread's stripe index. A plain `Cell` with a constant initialiser, so reading it on
+        /// the hit path is one thread-local load (no lazy-initialisation or destructor state).
+        static INDEX: Cell<usize> = const { Cell::new(UNASSIGNED) };
+        /// Hands the index back when the thread exits; touched once, when the index is taken.
+        static RELEASE: Release = const { Release };
+    }
 
-impl Drop for Release {
-    fn drop(&mut self) {
-        let index = INDEX.try_with(|i| i.replace(RELEASED)).unwrap_or(RELEASED);
-        if index < UNASSIGNED {
-            FREE.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(index);
+    /// Returns this thread's index to `FREE` on thread exit.
+    struct Release;
+
+    impl Drop for Release {
+        fn drop(&mut self) {
+            let index = INDEX.try_with(|i| i.replace(RELEASED)).unwrap_or(RELEASED);
+            if index < UNASSIGNED {
+                FREE.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(index);
+            }
         }
     }
-}
 
-/// This thread's stripe index; `usize::MAX` (no stripe: use the overflow) if the thread's
-/// thread-locals are being destroyed.
-#[inline]
-pub(crate) fn thread_index() -> usize {
-    match INDEX.try_with(Cell::get) {
-        Ok(UNASSIGNED) => assign(),
-        Ok(RELEASED) | Err(_) => usize::MAX,
-        Ok(index) => index,
-    }
-}
-
-#[cold]
-fn assign() -> usize {
-    // Register the destructor first: if that is no longer possible, take no index.
-    if RELEASE.try_with(|_| ()).is_err() {
-        return usize::MAX;
-    }
-    let index = {
-        let mut free = FREE.lock().unwrap_or_else(PoisonError::into_inner);
-        match (0..free.len()).min_by_key(|&i| free[i]) {
-            Some(i) => free.swap_remove(i),
-            None => NEXT.fetch_add(1, Ordering::Relaxed),
+    /// This thread's stripe index; `usize::MAX` (no stripe: use the overflow) if the thread's
+    /// thread-locals are being destroyed.
+    #[inline]
+    pub(crate) fn thread_index() -> usize {
+        match INDEX.try_with(Cell::get) {
+            Ok(UNASSIGNED) => assign(),
+            Ok(RELEASED) | Err(_) => usize::MAX,
+            Ok(index) => index,
         }
-    };
-    INDEX.with(|i| i.set(index));
-    index
+    }
+
+    #[cold]
+    fn assign() -> usize {
+        // Register the destructor first: if that is no longer possible, take no index.
+        if RELEASE.try_with(|_| ()).is_err() {
+            return usize::MAX;
+        }
+        let index = {
+            let mut free = FREE.lock().unwrap_or_else(PoisonError::into_inner);
+            match (0..free.len()).min_by_key(|&i| free[i]) {
+                Some(i) => free.swap_remove(i),
+                None => NEXT.fetch_add(1, Ordering::Relaxed),
+            }
+        };
+        INDEX.with(|i| i.set(index));
+        index
+    }
 }
+#[cfg(not(herd_loom))]
+pub(crate) use index::thread_index;
 
 #[cfg(all(test, not(herd_loom)))]
 mod tests {
