@@ -10,17 +10,19 @@
 //!
 //! How: each thread has, per cache, a *mark*: a word in its own stripe of the cache's
 //! [`Tally`] (the cache line that also holds its hit counters), which only that thread writes. A reader stores the lock's tag (its
-//! address) in its mark with a sequentially consistent swap, then checks the lock's writer bit;
-//! releasing is a plain release store of 0. A writer queues on a mutex, sets the writer bit
+//! address) in its mark with a sequentially consistent swap, then checks the lock's writer flag;
+//! releasing is a plain release store of 0. A writer queues on a mutex, sets the writer flag
 //! (sequentially consistent), and waits until no mark holds its tag and no shared reader is
 //! counted. The two sides are Dekker's handshake: with both orders sequentially consistent, a
-//! reader that a writer's scan missed is certain to see the writer bit, and backs off. A reader
-//! that meets a writer clears its mark and waits on the writers' mutex, so it sleeps rather
-//! than spins while a writer works.
+//! reader that a writer's scan missed is certain to see the writer flag, and backs off. A reader
+//! that meets a writer clears its mark, watches the flag briefly, then waits on the writers'
+//! mutex, so it sleeps rather than spins through a long write. A write costs three locked
+//! instructions (mutex lock, flag swap, mutex unlock; the flag is cleared with a plain store)
+//! against `parking_lot`'s two.
 //!
 //! The price is on writes: a writer reads every mark of the cache (two per core, at most 256;
 //! one cache line each). Threads without a mark (more threads than marks, or a thread already
-//! inside another read of the same cache) count themselves in the lock word instead, the way
+//! inside another read of the same cache) count themselves in a shared counter instead, the way
 //! `parking_lot` does.
 //!
 //! Like `parking_lot`'s, a thread must not take a shard's read lock while it holds one on the
@@ -42,32 +44,31 @@ use crate::sync::{
 use crate::tally::{Stripe, Tally};
 
 /// The ordering of the stores that leave the lock: a reader clearing its mark or its count, a
-/// writer clearing its bit. `Release` is what the handshake needs: under the language's
+/// writer clearing its flag. `Release` is what the handshake needs: under the language's
 /// sequentially consistent order a writer's `SeqCst` load of a mark cannot return a clear that
 /// happened before the reader's `SeqCst` swap, since the load would then precede the swap, and
-/// the swap the reader's load of the lock word, in the total order (likewise for the lock word).
-/// Loom's model of `SeqCst` is weaker: it lets a `SeqCst` load return any older non-`SeqCst`
-/// store, so under loom these stores are `SeqCst` too (costless on x86 for the read-modify-writes;
-/// the reader's clear would become a locked exchange, which is why production keeps `Release`).
+/// the swap the reader's load of the writer flag, in the total order (likewise for the flag and
+/// the shared count). Loom's model of `SeqCst` is weaker: it lets a `SeqCst` load return any
+/// older non-`SeqCst` store, so under loom these stores are `SeqCst` too (in production each
+/// would become a locked instruction, which is why it keeps `Release`).
 const LEAVE: Ordering = if cfg!(herd_loom) {
     Ordering::SeqCst
 } else {
     Ordering::Release
 };
 
-/// The lock word's writer bit: a writer holds or is draining the lock.
-const WRITER: u64 = 1;
-/// How many rounds of [`wait_round`] a reader watches the writer bit before it sleeps on the
+/// How many rounds of [`wait_round`] a reader watches the writer flag before it sleeps on the
 /// writers' mutex (all pause instructions, no yields; under loom, one yield).
 const READER_SPINS: u32 = if cfg!(herd_loom) { 1 } else { 32 };
 
-/// The lock word counts shared (markless) readers in units of this.
-const SHARED_READER: u64 = 2;
-
 /// A reader-writer lock around one shard's table (see the module docs).
 pub(crate) struct ShardLock<T> {
-    /// `WRITER` plus `SHARED_READER` times the number of markless readers inside.
-    state: AtomicU64,
+    /// 1 while a writer holds or drains the lock, else 0. Only the holder of `writers` writes it,
+    /// so it is cleared with a plain release store (a word shared with the reader count would
+    /// need a locked read-modify-write).
+    writer: AtomicU64,
+    /// How many markless readers are inside.
+    shared: AtomicU64,
     /// Writers queue here; readers that meet a writer wait here until it is done.
     writers: Mutex,
     /// The cache's per-thread stripes: each holds its thread's mark.
@@ -84,7 +85,8 @@ unsafe impl<T: Send + Sync> Sync for ShardLock<T> {}
 impl<T> ShardLock<T> {
     pub(crate) fn new(value: T, tally: Tally) -> Self {
         Self {
-            state: sc_zero(),
+            writer: sc_zero(),
+            shared: sc_zero(),
             writers: Mutex::new(),
             tally,
             data: Cell::new(value),
@@ -110,7 +112,7 @@ impl<T> ShardLock<T> {
             let (mark, tag) = (&line.mark, self.tag());
             loop {
                 mark.swap(tag, Ordering::SeqCst);
-                if self.state.load(Ordering::SeqCst) & WRITER == 0 {
+                if self.writer.load(Ordering::SeqCst) == 0 {
                     return ReadGuard {
                         lock: self,
                         me,
@@ -125,12 +127,12 @@ impl<T> ShardLock<T> {
         self.read_shared(me)
     }
 
-    /// Shared access for a thread without a free mark: counted in the lock word.
+    /// Shared access for a thread without a free mark: counted in `shared`.
     #[cold]
     fn read_shared<'a>(&'a self, me: Option<&'a Stripe>) -> ReadGuard<'a, T> {
         loop {
-            let before = self.state.fetch_add(SHARED_READER, Ordering::SeqCst);
-            if before & WRITER == 0 {
+            self.shared.fetch_add(1, Ordering::SeqCst);
+            if self.writer.load(Ordering::SeqCst) == 0 {
                 return ReadGuard {
                     lock: self,
                     me,
@@ -138,19 +140,19 @@ impl<T> ShardLock<T> {
                     data: ManuallyDrop::new(self.data.get()),
                 };
             }
-            self.state.fetch_sub(SHARED_READER, LEAVE);
+            self.shared.fetch_sub(1, LEAVE);
             self.wait_for_writer();
         }
     }
 
     /// Waits until the writer that holds (or drains) the lock is done. A write is short (an
-    /// insert, a few hundred ns), so first watch the writer bit for a little while; then sleep
+    /// insert, a few hundred ns), so first watch the writer flag for a little while; then sleep
     /// on the queue mutex, which writers hold throughout. (Going to the mutex at once made the
     /// two-thread mixed benchmark's readers queue and yield behind every write to a hot shard.)
     #[cold]
     fn wait_for_writer(&self) {
         for round in 0..READER_SPINS {
-            if self.state.load(Ordering::Relaxed) & WRITER == 0 {
+            if self.writer.load(Ordering::Relaxed) == 0 {
                 return;
             }
             wait_round(round);
@@ -158,13 +160,13 @@ impl<T> ShardLock<T> {
         drop(self.writers.lock());
     }
 
-    /// Exclusive access: queue behind other writers, raise the writer bit, wait for the readers
+    /// Exclusive access: queue behind other writers, raise the writer flag, wait for the readers
     /// inside to leave. O(marks of the cache).
     pub(crate) fn write(&self) -> WriteGuard<'_, T> {
         let queue = self.writers.lock();
-        self.state.fetch_or(WRITER, Ordering::SeqCst);
+        self.writer.swap(1, Ordering::SeqCst);
         let mut round = 0;
-        while self.state.load(Ordering::SeqCst) != WRITER {
+        while self.shared.load(Ordering::SeqCst) != 0 {
             wait_round(round);
             round = round.saturating_add(1);
         }
@@ -189,7 +191,7 @@ pub(crate) struct ReadGuard<'a, T> {
     lock: &'a ShardLock<T>,
     /// The reading thread's stripe, if it owns one (for counting the read's outcome).
     me: Option<&'a Stripe>,
-    /// The mark this reader set, or `None` for a shared reader counted in the lock word.
+    /// The mark this reader set, or `None` for a shared reader counted in `shared`.
     mark: Option<&'a AtomicU64>,
     data: ManuallyDrop<CellRef<T>>,
 }
@@ -220,7 +222,7 @@ impl<T> Drop for ReadGuard<'_, T> {
         match self.mark {
             Some(mark) => mark.store(0, LEAVE),
             None => {
-                self.lock.state.fetch_sub(SHARED_READER, LEAVE);
+                self.lock.shared.fetch_sub(1, LEAVE);
             }
         }
     }
@@ -230,7 +232,7 @@ impl<T> Drop for ReadGuard<'_, T> {
 pub(crate) struct WriteGuard<'a, T> {
     lock: &'a ShardLock<T>,
     data: ManuallyDrop<CellMut<T>>,
-    /// Held until after the writer bit is cleared (field drops run after `Drop::drop`).
+    /// Held until after the writer flag is cleared (field drops run after `Drop::drop`).
     _queue: MutexGuard<'a>,
 }
 
@@ -255,7 +257,7 @@ impl<T> Drop for WriteGuard<'_, T> {
     fn drop(&mut self) {
         // SAFETY: dropped once, here, and not used afterwards.
         unsafe { ManuallyDrop::drop(&mut self.data) };
-        self.lock.state.fetch_and(!WRITER, LEAVE);
+        self.lock.writer.store(0, LEAVE);
     }
 }
 
@@ -296,7 +298,7 @@ mod tests {
     }
 
     #[test]
-    fn a_nested_read_uses_the_lock_word_and_both_release() {
+    fn a_nested_read_is_counted_as_shared_and_both_release() {
         let tally = Tally::with_stripes(64);
         let a = ShardLock::new(1u8, tally.clone());
         let b = ShardLock::new(2u8, tally);
@@ -308,10 +310,10 @@ mod tests {
                 gb.mark.is_none(),
                 "a second read of the same cache is counted instead"
             );
-            assert_eq!(b.state.load(Ordering::Relaxed), SHARED_READER);
+            assert_eq!(b.shared.load(Ordering::Relaxed), 1);
             assert_eq!(*ga + *gb, 3);
         }
-        assert_eq!(b.state.load(Ordering::Relaxed), 0);
+        assert_eq!(b.shared.load(Ordering::Relaxed), 0);
         // Both released: a writer gets in at once.
         *a.write() += 1;
         *b.write() += 1;
@@ -319,11 +321,11 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_without_a_mark_reads_through_the_lock_word() {
+    fn a_thread_without_a_mark_reads_as_a_counted_shared_reader() {
         let lock = ShardLock::new(5u8, Tally::with_stripes(0));
         let g = lock.read();
         assert!(g.mark.is_none());
-        assert_eq!(lock.state.load(Ordering::Relaxed), SHARED_READER);
+        assert_eq!(lock.shared.load(Ordering::Relaxed), 1);
         drop(g);
         *lock.write() = 6;
         assert_eq!(*lock.read(), 6);
@@ -345,7 +347,7 @@ mod tests {
         };
         // Once the writer has raised its bit, it must stay stuck behind this read however many
         // turns it gets (without the mark scan it would finish within the first few).
-        while lock.state.load(Ordering::SeqCst) & WRITER == 0 {
+        while lock.writer.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
         for _ in 0..1_000 {
