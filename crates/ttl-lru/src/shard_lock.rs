@@ -3,25 +3,26 @@
 //!
 //! Why not `parking_lot::RwLock`: its read lock is a compare-and-swap on the lock word and its
 //! unlock a fetch-sub on the same word. Each is a locked instruction (on x86 also a full
-//! barrier), and together they were most of a cache hit: measured on the 2-core VM, an
-//! uncontended `read()` plus unlock costs 21.4 ns, the scheme here 11.9 ns (docs/benchmarks.md,
-//! "Session 5").
-//! With several threads, every hit on a shard also moved the shared lock word between cores.
+//! barrier), and together they were most of a cache hit: an uncontended `read()` plus unlock
+//! costs 21.3 ns on the 2-core VM, the scheme here 11.9 ns (`--bin lockcost`, docs/benchmarks.md
+//! "Session 5"). With several threads, every hit on a shard also moved the lock word between
+//! cores.
 //!
-//! How: each thread has, per cache, a *mark*: a word in its own stripe of the cache's
-//! [`Tally`] (the cache line that also holds its hit counters), which only that thread writes. A reader stores the lock's tag (its
-//! address) in its mark with a sequentially consistent swap, then checks the lock's writer flag;
-//! releasing is a plain release store of 0. A writer queues on a mutex, sets the writer flag
-//! (sequentially consistent), and waits until no mark holds its tag and no shared reader is
-//! counted. The two sides are Dekker's handshake: with both orders sequentially consistent, a
-//! reader that a writer's scan missed is certain to see the writer flag, and backs off. A reader
-//! that meets a writer clears its mark, watches the flag briefly, then waits on the writers'
-//! mutex, so it sleeps rather than spins through a long write. A write costs three locked
-//! instructions (mutex lock, flag swap, mutex unlock; the flag is cleared with a plain store)
-//! against `parking_lot`'s two.
+//! How: each thread has, per cache, a *mark*: a word in its own stripe of the cache's [`Tally`]
+//! (the cache line that also holds its hit counters), which only that thread writes. A reader
+//! stores the lock's tag (its address) in its mark with a sequentially consistent swap, then
+//! checks the lock's writer flag; releasing is a plain release store of 0. A writer queues on a
+//! mutex, sets the writer flag (sequentially consistent), and waits until no mark holds its tag
+//! and no shared reader is counted. The two sides are Dekker's handshake: with both orders
+//! sequentially consistent, a reader that a writer's scan missed is certain to see the writer
+//! flag, and backs off. A reader that meets a writer clears its mark, watches the flag briefly,
+//! then waits on the writers' mutex, so it sleeps rather than spins through a long write.
 //!
 //! The price is on writes: a writer reads every mark of the cache (two per core, at most 256;
-//! one cache line each). Threads without a mark (more threads than marks, or a thread already
+//! one cache line each), and costs three locked instructions (mutex lock, flag swap, mutex
+//! unlock; the flag is cleared with a plain store) against `parking_lot`'s two. A writer waiting
+//! for a reader spins, then yields in a loop; it does not park (reads are short: a probe and a
+//! clone). Threads without a mark (more threads than marks, or a thread already
 //! inside another read of the same cache) count themselves in a shared counter instead, the way
 //! `parking_lot` does.
 //!
