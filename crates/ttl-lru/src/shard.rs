@@ -1,11 +1,12 @@
-//! One shard of the store: its table (`table.rs`) behind a read-write lock, its invalidation
+//! One shard of the store: its table (`table.rs`) behind its shard lock, its invalidation
 //! fences, counters and admission sketch; every store operation of a shard is a method here.
 //!
-//! Concurrency: lookups hold the shard's read lock (`shard_lock.rs`); they only write the entry's relaxed recency
-//! stamp (skipped when unchanged) and, for a stale entry, CAS its refresh gate. Every structural
-//! change (insert, remove, evict, swap) holds the write lock, so no reader can observe a place
-//! that a swap-remove invalidates. User data taken out under the lock (old values, victims) is
-//! dropped after it is released. `tests/loom.rs` checks these transitions.
+//! Concurrency: lookups hold the shard's read lock (`shard_lock.rs`); they only write the
+//! entry's relaxed recency stamp (skipped when unchanged) and, for a stale entry, CAS its
+//! refresh gate. Every structural change (insert, remove, evict, swap) holds the write lock, so
+//! no reader can observe a place that a swap-remove invalidates. User data taken out under the
+//! lock (old values, victims) is dropped after it is released. `tests/loom.rs` checks these
+//! transitions.
 
 use std::any::Any;
 use std::borrow::Borrow;
