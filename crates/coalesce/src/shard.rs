@@ -119,7 +119,7 @@ impl<K, V, E> ShardMap<K, V, E> {
     }
 
     /// How many forgotten entries are still open.
-    #[cfg(test)]
+    #[cfg(all(test, not(herd_loom)))]
     pub(crate) fn forgotten_len(&self) -> usize {
         self.forgotten.len()
     }
