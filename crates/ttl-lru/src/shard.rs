@@ -932,6 +932,51 @@ mod tests {
         assert_eq!((s.len(), s.weight()), (3, 3));
     }
 
+    /// Issue 3: sampling is O(k), independent of the number of entries. Each insert at capacity
+    /// reads about `samples` entries plus a pooled candidate or two, at a thousand entries and at
+    /// a hundred thousand alike (lruttl's eviction walked the map: a thousand times as many).
+    #[test]
+    fn eviction_reads_the_same_few_entries_at_any_size() {
+        let c = ShardConfig {
+            samples: 10,
+            swr_ms: 0,
+        };
+        let columns = Columns {
+            weighted: false,
+            gated: false,
+        };
+        let mut per_insert = Vec::new();
+        for capacity in [1_000u64, 100_000] {
+            let s: Shard<u64, u64> = Shard::new(capacity, 16, 7, false, 1, from_cache(columns));
+            // Distinct access times, so the ranks differ and the pool does real work.
+            for k in 0..capacity {
+                write_value(&s, k, NEVER, 1, k, &c, WriteMode::Plain);
+            }
+            let reads = || {
+                let t = s.table.read();
+                t.eviction_reads.load(std::sync::atomic::Ordering::Relaxed)
+            };
+            let before = reads();
+            const INSERTS: u64 = 2_000;
+            for k in capacity..capacity + INSERTS {
+                write_value(&s, k, NEVER, 1, capacity + k, &c, WriteMode::Plain);
+            }
+            assert_eq!(s.len() as u64, capacity);
+            assert_eq!(s.tally.get(Event::Eviction), INSERTS);
+            per_insert.push((reads() - before) as f64 / INSERTS as f64);
+        }
+        for &reads in &per_insert {
+            assert!(
+                (10.0..=14.0).contains(&reads),
+                "entries read per insert at capacity: {per_insert:?}"
+            );
+        }
+        assert!(
+            (per_insert[0] - per_insert[1]).abs() <= 2.0,
+            "reads per insert differ with size: {per_insert:?}"
+        );
+    }
+
     #[test]
     fn dead_samples_are_evicted_first() {
         let (s, c) = full_with_one_dead_entry(4);

@@ -196,6 +196,10 @@ pub(crate) struct Table<K, V> {
     pub(crate) capacity: u64,
     pool: EvictionPool,
     rng: XorShift64,
+    /// Entries read by eviction (tests: it reads `samples` plus a few pooled ones per victim,
+    /// whatever the table's size; a walk anywhere on that path would show here).
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) eviction_reads: std::sync::atomic::AtomicU64,
 }
 
 /// Eviction rank from an entry's expiry and recency (see [`Table::rank`]).
@@ -242,6 +246,8 @@ impl<K: Eq + Hash, V> Table<K, V> {
             capacity,
             pool: EvictionPool::new(pool_size),
             rng: XorShift64::new(seed),
+            #[cfg(all(test, not(herd_loom)))]
+            eviction_reads: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -315,6 +321,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
     /// Past its TTL and its stale window (errors have none): may be dropped at once.
     #[inline]
     fn is_dead(&self, at: At, now: u64, swr_ms: u64) -> bool {
+        self.note_eviction_read();
         match at {
             At::Value(i) => now >= self.slots[i].usable_until(swr_ms),
             At::Error(i) => now >= self.errors[i].expires_at,
@@ -325,6 +332,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
     /// recency.
     #[inline]
     fn rank(&self, at: At, now: u64) -> u64 {
+        self.note_eviction_read();
         let (expires_at, last_access) = match at {
             At::Value(i) => {
                 let s = &self.slots[i];
@@ -547,6 +555,9 @@ impl<K: Eq + Hash, V> Table<K, V> {
             let pooled = pool.is_enabled();
             let mut bar = pool.bar();
             for (offset, s) in slots.iter().enumerate() {
+                #[cfg(all(test, not(herd_loom)))]
+                self.eviction_reads
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let at = At::Value(draw + offset);
                 if now >= s.usable_until(cfg.swr_ms) {
                     return Some(at);
@@ -647,6 +658,14 @@ impl<K: Eq + Hash, V> Table<K, V> {
             (_, keep) => keep,
         };
         removed
+    }
+
+    /// Counts one entry read by eviction (test builds only; nothing otherwise).
+    #[inline(always)]
+    fn note_eviction_read(&self) {
+        #[cfg(all(test, not(herd_loom)))]
+        self.eviction_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The weight of the entry at `at` (a cached error weighs 1).
