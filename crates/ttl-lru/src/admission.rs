@@ -16,7 +16,7 @@
 //!
 //! The 4-bit counters are packed sixteen to a `u64` word, as Caffeine packs them: half the
 //! memory of a byte per counter, and aging halves a word's sixteen counters with one shift and
-//! mask. Aging runs inline, on the request that crosses the sample size, under no lock but with
+//! mask (an increment stores its whole word: see `record` for what a race can lose). Aging runs inline, on the request that crosses the sample size, under no lock but with
 //! that request waiting for it; at a shard capacity of 125K (a 1M cache of 8 shards) it went
 //! from 2M byte stores to 131K word stores (docs/benchmarks.md measures the spike).
 
@@ -134,12 +134,17 @@ impl FrequencySketch {
             let min = slots.iter().map(|&s| self.count(s)).min().unwrap_or(0);
             if min < MAX_COUNT {
                 for &s in &slots {
-                    // Raise the counter if it still holds the minimum. A compare-and-swap on the
-                    // word, so a race can lose an increment but never carry into a neighbour.
+                    // Raise the counter if it holds the minimum: a load and a store of its word,
+                    // no read-modify-write (a locked instruction on every recorded get would
+                    // cost more than the filter saves). A racing store to the same word can
+                    // lose this increment or one of its neighbours', which only lowers
+                    // estimates; the new word is computed from one snapshot, so a counter at
+                    // 15 is never raised and nothing carries into a neighbour.
                     let (word, shift) = self.word(s);
-                    let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
-                        (((w >> shift) & 0xF) as u8 == min).then(|| w + (1 << shift))
-                    });
+                    let w = word.load(Ordering::Relaxed);
+                    if ((w >> shift) & 0xF) as u8 == min {
+                        word.store(w + (1 << shift), Ordering::Relaxed);
+                    }
                 }
             }
         }
