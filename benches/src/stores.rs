@@ -58,6 +58,17 @@ impl TtlLruStore {
     pub fn new(capacity: usize) -> Self {
         Self(ttl_lru::Cache::builder(capacity as u64).build())
     }
+
+    /// The same with `samples` per eviction and a candidate pool of `pool` (0: none), for
+    /// measuring what the eviction settings cost (`hitprobe ttl-lru:SAMPLES:POOL`).
+    pub fn with_eviction(capacity: usize, samples: usize, pool: usize) -> Self {
+        Self(
+            ttl_lru::Cache::builder(capacity as u64)
+                .samples(samples)
+                .eviction_pool_size(pool)
+                .build(),
+        )
+    }
 }
 
 impl Store for TtlLruStore {

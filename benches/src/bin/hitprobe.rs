@@ -8,6 +8,9 @@
 //! or a loop of interleaved runs when comparing two builds of one store (docs/benchmarks.md).
 //!
 //! `cargo run --release -p benches --bin hitprobe -- <ttl-lru|quick_cache|floor> [entries] [ops] [get|insert]`
+//!
+//! `ttl-lru:SAMPLES:POOL` builds ttl-lru with other eviction settings (`ttl-lru:5:0`: 5 samples,
+//! no candidate pool), to measure what the defaults cost on inserts at capacity.
 
 use benches::stores::{QuickCache, ShardedFloor, Store, TtlLruStore};
 use benches::zipf::scatter;
@@ -33,6 +36,15 @@ fn main() {
     };
     let store: Box<dyn Store> = match args.first().map(String::as_str) {
         Some("ttl-lru") => Box::new(TtlLruStore::new(entries)),
+        Some(spec) if spec.starts_with("ttl-lru:") => {
+            let mut parts = spec["ttl-lru:".len()..].split(':').map(str::parse::<usize>);
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some(Ok(samples)), Some(Ok(pool)), None) if samples > 0 => {
+                    Box::new(TtlLruStore::with_eviction(entries, samples, pool))
+                }
+                _ => return usage(&format!("not ttl-lru:SAMPLES:POOL: {spec:?}")),
+            }
+        }
         Some("quick_cache") => Box::new(QuickCache::new(entries)),
         Some("floor") => Box::new(ShardedFloor::new(entries, 64)),
         other => return usage(&format!("unknown store {other:?}")),
@@ -70,7 +82,7 @@ fn main() {
 fn usage(problem: &str) {
     eprintln!("hitprobe: {problem}");
     eprintln!(
-        "usage: hitprobe <ttl-lru|quick_cache|floor> [entries=100000] [ops=2000000] [get|insert]"
+        "usage: hitprobe <ttl-lru|ttl-lru:SAMPLES:POOL|quick_cache|floor> [entries=100000] [ops=2000000] [get|insert]"
     );
     std::process::exit(2);
 }
