@@ -464,8 +464,12 @@ where
                 Refresh::Done(lead.finish(result))
             }
             Step::StandDown => {
-                // Dropping the lead hands it to a waiting local follower, if any.
-                drop(lead);
+                // The lead goes to a waiting local follower, if any, as a drop would hand it;
+                // but standing down is a decision, not a caller gone away, so the group does
+                // not count it as abandoned (its `Stats::abandoned` stays a cancellation count).
+                let Lead { held, leader } = lead;
+                drop(held);
+                leader.stand_down();
                 Refresh::StoodDown
             }
             Step::Found(_) => unreachable!("a refresh does not re-check"),

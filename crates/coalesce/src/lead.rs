@@ -182,10 +182,26 @@ impl<K: Hash + Eq, V: Clone, E> Inner<K, V, E> {
 
 impl<K: Hash + Eq, V, E> Inner<K, V, E> {
     /// `lead` was dropped unfinished: a lone entry is released, a shared flight is handed to
-    /// its oldest follower able to lead (or ends as abandoned).
+    /// its oldest follower able to lead (or ends as abandoned). Counted as abandoned.
     pub(crate) fn abandon_lead(&self, lead: &LeadId) {
+        self.end_lead_unfinished(lead, Some(Event::Abandoned));
+    }
+
+    /// `lead` steps aside on purpose, with nothing to publish (a refresh that found the fill
+    /// lease held by another process): the same hand-off as [`abandon_lead`], but not counted
+    /// as abandoned, a counter operators read as "callers that went away".
+    ///
+    /// [`abandon_lead`]: Inner::abandon_lead
+    #[cfg(feature = "tokio")]
+    pub(crate) fn stand_down_lead(&self, lead: &LeadId) {
+        self.end_lead_unfinished(lead, None);
+    }
+
+    fn end_lead_unfinished(&self, lead: &LeadId, count: Option<Event>) {
         let mut map = self.shards[lead.shard].map.lock();
-        map.counts.record(Event::Abandoned);
+        if let Some(event) = count {
+            map.counts.record(event);
+        }
         let Some(entry) = map.find_mut(lead.hash, lead.id) else {
             return;
         };
@@ -288,6 +304,16 @@ impl<'a, K: Hash + Eq, V, E> LeadGuard<'a, K, V, E> {
     /// As [`Leader::is_current`](crate::Leader::is_current).
     pub(crate) fn is_current(&self) -> bool {
         self.group.inner.lead_is_current(&self.lead)
+    }
+
+    /// Ends the lead without a result and without counting it as abandoned (see
+    /// [`Inner::stand_down_lead`]); the guard is spent.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn stand_down(mut self) {
+        if self.state == Armed::Yes {
+            self.state = Armed::No;
+            self.group.inner.stand_down_lead(&{ self.lead });
+        }
     }
 
     /// Gives up the lead's identity to a new owner: this guard's `Drop` then does nothing.

@@ -74,6 +74,14 @@ impl<'g, K: Hash + Eq, V, E> Leader<'g, K, V, E> {
         self.guard.is_current()
     }
 
+    /// Steps aside with nothing to publish: the flight is handed to a waiting follower able
+    /// to lead, as when this leader is dropped, but the group does not count it as abandoned.
+    /// (For `DistributedGroup::refresh` standing down.)
+    #[cfg(feature = "tokio")]
+    pub(crate) fn stand_down(self) {
+        self.guard.stand_down();
+    }
+
     /// The same lead, holding a clone of the group instead of borrowing it (one reference
     /// count increment), so that it can move into a spawned task or a `'static` struct. The
     /// lead itself moves: nothing is finished or handed on, and the [`OwnedLeader`] has this

@@ -21,7 +21,9 @@ pub struct Stats {
     pub took_over: u64,
     /// Leaders replaced because they ran longer than `takeover_after`.
     pub superseded: u64,
-    /// Leaders dropped before `finish` (cancelled, panicked, or their task was aborted).
+    /// Leaders dropped before `finish` (cancelled, panicked, or their task was aborted). A
+    /// distributed refresh that stands down because another process holds the fill lease is
+    /// not one: it is counted in `LeaseStats::stood_down`.
     pub abandoned: u64,
     /// Followers that gave up after `wait_timeout`.
     pub timed_out: u64,

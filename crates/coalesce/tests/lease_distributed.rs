@@ -339,6 +339,8 @@ async fn refresh_stands_down_while_another_process_holds_the_lease() {
     assert_eq!(calls.load(SeqCst), 0);
     assert_eq!(proc.stats().stood_down, 1);
     assert_eq!(proc.group().in_flight(), 0);
+    // Standing down is not a caller that went away.
+    assert_eq!(proc.group().stats().abandoned, 0);
 
     // Once the lease is free, the refresh runs, and releases it afterwards.
     assert!(lease.release("7", &token).await.unwrap());
