@@ -32,9 +32,12 @@ type LeaseKeyFn<K> = dyn Fn(&K) -> String + Send + Sync;
 ///
 /// - **Granted**: re-check the shared cache once (a process that held the lease just before may
 ///   have stored the value), otherwise fill; the caller's `fill` stores the value in the shared
-///   cache. The lease is then released on a background task, so the caller does not wait for
-///   it, while this process's next leader for the key waits for that release first and never
-///   finds its own stale lease.
+///   cache. While the fill runs, the lease is extended every third of `ttl`
+///   ([`FillLease::renew`]), so a fill that takes longer than `ttl` keeps it; an extension that
+///   finds the lease gone stops extending and is counted ([`LeaseStats::lost`]). The lease is
+///   then released on a background task, so the caller does not wait for it, while this
+///   process's next leader for the key waits for that release first and never finds its own
+///   stale lease.
 /// - **Held elsewhere**: call the caller's `recheck` ("is it in the shared cache yet?") every
 ///   `poll_interval`, trying the lease again after each miss, until one `ttl` has passed since
 ///   this process's first attempt; then fill anyway.
@@ -237,6 +240,13 @@ pub struct LeaseStats {
     pub stood_down: u64,
     /// Background releases that erred or timed out (the lease then expires on its own).
     pub release_failures: u64,
+    /// Extensions of a held lease while its fill ran (every third of `ttl`).
+    pub renewed: u64,
+    /// Extensions that erred or timed out (retried at the next third of `ttl`).
+    pub renew_failures: u64,
+    /// Fills whose lease was gone when it was to be extended (expired or taken: another process
+    /// may be filling the same key). Renewal stops for that fill; the fill goes on.
+    pub lost: u64,
 }
 
 #[derive(Debug, Default)]
@@ -248,6 +258,9 @@ struct Counters {
     failed_open: AtomicU64,
     stood_down: AtomicU64,
     release_failures: AtomicU64,
+    renewed: AtomicU64,
+    renew_failures: AtomicU64,
+    lost: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -368,6 +381,9 @@ impl<K, V, E> DistributedGroup<K, V, E> {
             filled_after_wait: c.filled_after_wait.load(Relaxed),
             failed_open: c.failed_open.load(Relaxed),
             stood_down: c.stood_down.load(Relaxed),
+            renewed: c.renewed.load(Relaxed),
+            renew_failures: c.renew_failures.load(Relaxed),
+            lost: c.lost.load(Relaxed),
             release_failures: c.release_failures.load(Relaxed),
         }
     }
@@ -404,8 +420,8 @@ where
     /// - asking the lease service: a lease granted to the dropped call is never seen here and
     ///   expires after its `ttl` (local followers that take over meanwhile wait at most that
     ///   long, re-checking the shared cache);
-    /// - re-checking the shared cache, waiting between polls, or filling: a lease held is
-    ///   released on a background task (registered first, so the follower taking over waits
+    /// - re-checking the shared cache, waiting between polls, or filling (with its lease
+    ///   extensions, which stop with it): a lease held is released on a background task (registered first, so the follower taking over waits
     ///   for it rather than finding this process's stale lease), then the lead is handed on.
     pub async fn run<C, CFut, F, FFut>(
         &self,
@@ -431,7 +447,7 @@ where
         {
             Step::Found(value) => lead.finish(Ok(value)),
             Step::Fill => {
-                let result = fill().await;
+                let result = self.shared.fill_renewing(lead.held.as_ref(), fill()).await;
                 lead.finish(result)
             }
             Step::StandDown => unreachable!("only a refresh stands down"),
@@ -460,7 +476,7 @@ where
         let no_recheck: Option<&mut fn() -> std::future::Ready<Option<V>>> = None;
         match self.shared.decide(&mut lead, &lease_key, no_recheck).await {
             Step::Fill => {
-                let result = fill().await;
+                let result = self.shared.fill_renewing(lead.held.as_ref(), fill()).await;
                 Refresh::Done(lead.finish(result))
             }
             Step::StandDown => {
@@ -556,6 +572,69 @@ impl Shared {
                 return Step::Fill;
             }
         }
+    }
+
+    /// Runs `fill`, extending `held` (if any) every third of `ttl` until the fill is done, so a
+    /// fill that takes longer than one `ttl` keeps its lease and no other process starts the
+    /// same fill meanwhile. Dropped, it stops renewing with the fill (the lease is then released
+    /// by `HeldLease`'s `Drop`, or expires).
+    async fn fill_renewing<T>(&self, held: Option<&HeldLease>, fill: impl Future<Output = T>) -> T {
+        let Some(held) = held else {
+            return fill.await;
+        };
+        let mut fill = std::pin::pin!(fill);
+        let mut renewal = std::pin::pin!(self.keep_renewed(&held.key, &held.token));
+        std::future::poll_fn(|cx| {
+            if let std::task::Poll::Ready(out) = fill.as_mut().poll(cx) {
+                return std::task::Poll::Ready(out);
+            }
+            // Never ready (it ends in `pending`): it only registers its next timer or call.
+            let _ = renewal.as_mut().poll(cx);
+            std::task::Poll::Pending
+        })
+        .await
+    }
+
+    /// Extends `key`'s lease every third of `ttl`, for ever (the caller drops it when the fill
+    /// is done). Stops extending, but stays pending, once the lease is gone or the service
+    /// cannot extend leases; an error or a timeout is retried at the next third.
+    async fn keep_renewed(&self, key: &str, token: &LeaseToken) {
+        let every = (self.settings.ttl / 3).max(MIN_LEASE_TTL);
+        let limit = self.settings.lease_timeout;
+        loop {
+            tokio::time::sleep_until(saturating_deadline(Instant::now(), every)).await;
+            match timeout(limit, self.lease.renew(key, token, self.settings.ttl)).await {
+                Ok(Ok(true)) => bump(&self.counters.renewed),
+                Ok(Ok(false)) => {
+                    bump(&self.counters.lost);
+                    tracing::warn!(
+                        lease_key = key,
+                        "fill lease gone before the fill finished (expired or taken); another process may fill too"
+                    );
+                    break;
+                }
+                Ok(Err(LeaseError::RenewUnsupported)) => {
+                    tracing::debug!(
+                        lease_key = key,
+                        "the lease service cannot extend leases; a fill longer than the ttl loses its lease"
+                    );
+                    break;
+                }
+                Ok(Err(error)) => {
+                    bump(&self.counters.renew_failures);
+                    tracing::warn!(lease_key = key, %error, "fill lease renewal failed; retrying");
+                }
+                Err(_elapsed) => {
+                    bump(&self.counters.renew_failures);
+                    tracing::warn!(
+                        lease_key = key,
+                        ?limit,
+                        "fill lease renewal timed out; retrying"
+                    );
+                }
+            }
+        }
+        std::future::pending::<()>().await;
     }
 
     async fn try_acquire(&self, key: &str) -> Result<Acquire, LeaseError> {

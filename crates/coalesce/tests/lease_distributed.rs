@@ -510,6 +510,118 @@ async fn cancellation_sweep_over_every_await_of_a_leader() {
     }
 }
 
+/// `proc`'s leader for `key` on a spawned task, with a fill that takes `fill_time` and stores
+/// nothing (the re-check always misses).
+fn spawn_long_fill(proc: &Proc, key: u32, fill_time: Duration) -> tokio::task::JoinHandle<Outcome> {
+    let proc = proc.clone();
+    tokio::spawn(async move {
+        proc.run(
+            key,
+            || async { None },
+            || async move {
+                tokio::time::sleep(fill_time).await;
+                Ok(u64::from(key) * 10)
+            },
+        )
+        .await
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fill_longer_than_the_ttl_keeps_its_lease() {
+    let lease = Arc::new(MemoryLease::new());
+    let proc = World::default().process(lease.clone());
+    let task = spawn_long_fill(&proc, 7, TTL * 3);
+    // Two ttls in: without extensions the lease would have expired a ttl ago.
+    tokio::time::sleep(TTL * 2).await;
+    assert_eq!(lease.held(), 1);
+    assert_eq!(
+        lease.try_acquire("7", TTL).await.unwrap(),
+        Acquire::HeldElsewhere,
+        "another process must not start the same fill"
+    );
+    assert_eq!(task.await.unwrap(), Ok(70));
+    let stats = proc.stats();
+    // One extension every third of the ttl over three ttls (the last may meet the fill's end).
+    assert!((8..=9).contains(&stats.renewed), "{stats:?}");
+    assert_eq!((stats.renew_failures, stats.lost), (0, 0));
+    settle().await;
+    assert_eq!(lease.held(), 0, "released once the fill is done");
+    tokio::time::sleep(TTL * 2).await;
+    assert_eq!(
+        proc.stats().renewed,
+        stats.renewed,
+        "no extension after the fill"
+    );
+}
+
+/// Delegates to a `MemoryLease`, but every extension finds the lease gone.
+struct Forgetful {
+    inner: Arc<MemoryLease>,
+    renewals: AtomicUsize,
+}
+
+#[async_trait]
+impl FillLease for Forgetful {
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Acquire, LeaseError> {
+        self.inner.try_acquire(key, ttl).await
+    }
+    async fn release(&self, key: &str, token: &LeaseToken) -> Result<bool, LeaseError> {
+        self.inner.release(key, token).await
+    }
+    async fn renew(&self, _: &str, _: &LeaseToken, _: Duration) -> Result<bool, LeaseError> {
+        self.renewals.fetch_add(1, SeqCst);
+        Ok(false)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_stops_the_extensions_but_not_the_fill() {
+    let lease = Arc::new(Forgetful {
+        inner: Arc::new(MemoryLease::new()),
+        renewals: AtomicUsize::new(0),
+    });
+    let proc = World::default().process(lease.clone());
+    let task = spawn_long_fill(&proc, 7, TTL * 3);
+    assert_eq!(task.await.unwrap(), Ok(70));
+    assert_eq!(lease.renewals.load(SeqCst), 1, "asked once, then stopped");
+    let stats = proc.stats();
+    assert_eq!((stats.lost, stats.renewed, stats.renew_failures), (1, 0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_service_that_cannot_extend_leases_still_fills_and_counts_no_failure() {
+    // `SlowRelease` keeps `FillLease::renew`'s default: `RenewUnsupported`.
+    let memory = Arc::new(MemoryLease::new());
+    let lease = Arc::new(SlowRelease {
+        inner: memory.clone(),
+        delay: Duration::ZERO,
+        releases: AtomicUsize::new(0),
+    });
+    let proc = World::default().process(lease);
+    let task = spawn_long_fill(&proc, 7, TTL * 3);
+    assert_eq!(task.await.unwrap(), Ok(70));
+    let stats = proc.stats();
+    assert_eq!((stats.renewed, stats.renew_failures, stats.lost), (0, 0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_dropped_while_filling_stops_extending_and_releases() {
+    let lease = Arc::new(MemoryLease::new());
+    let proc = World::default().process(lease.clone());
+    let task = spawn_long_fill(&proc, 7, TTL * 3);
+    tokio::time::sleep(TTL).await;
+    let before = proc.stats().renewed;
+    assert!(before >= 2, "extended while it ran: {before}");
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    settle().await;
+    assert_eq!(lease.held(), 0, "released in the background");
+    tokio::time::sleep(TTL * 3).await;
+    assert_eq!(proc.stats().renewed, before, "no extension after the drop");
+    assert_eq!(proc.group().in_flight(), 0);
+}
+
 #[test]
 fn run_and_refresh_futures_are_send() {
     fn assert_send<T: Send>(_: &T) {}
