@@ -13,10 +13,12 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::fmt;
-use std::future::Future;
+use std::future::{Future, pending, poll_fn};
 use std::hash::Hash;
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -582,15 +584,15 @@ impl Shared {
         let Some(held) = held else {
             return fill.await;
         };
-        let mut fill = std::pin::pin!(fill);
-        let mut renewal = std::pin::pin!(self.keep_renewed(&held.key, &held.token));
-        std::future::poll_fn(|cx| {
-            if let std::task::Poll::Ready(out) = fill.as_mut().poll(cx) {
-                return std::task::Poll::Ready(out);
+        let mut fill = pin!(fill);
+        let mut renewal = pin!(self.keep_renewed(&held.key, &held.token));
+        poll_fn(|cx| {
+            if let Poll::Ready(out) = fill.as_mut().poll(cx) {
+                return Poll::Ready(out);
             }
             // Never ready (it ends in `pending`): it only registers its next timer or call.
             let _ = renewal.as_mut().poll(cx);
-            std::task::Poll::Pending
+            Poll::Pending
         })
         .await
     }
@@ -634,7 +636,7 @@ impl Shared {
                 }
             }
         }
-        std::future::pending::<()>().await;
+        pending::<()>().await;
     }
 
     async fn try_acquire(&self, key: &str) -> Result<Acquire, LeaseError> {
