@@ -1,5 +1,5 @@
-//! Reading the ARC block traces (`OLTP`, `P2`, `P3`, `P6`, `P12`; see
-//! `shared/traces/arc/README.md`): zstd-compressed text, one `start_block block_count ignored
+//! Reading the ARC block traces (`OLTP`, `P2`, `P3`, `P6`, `P12`; vendored in `benches/traces/arc`,
+//! whose README gives their source, citation and published figures): zstd-compressed text, one `start_block block_count ignored
 //! request_no` line per request run, where a line stands for `block_count` one-block requests.
 //!
 //! Runs are stored as `(start, count)` pairs (8 bytes a line) and expanded lazily, so a 13M-request
@@ -199,18 +199,21 @@ fn parse_u64(field: &[u8]) -> Option<u64> {
     })
 }
 
-/// Directories searched for traces, in order: `$HERD_TRACE_DIR`, then `shared/traces/arc` beside
-/// the repository (`../shared` from the repo root, where CI and the dev machines keep it), then
-/// `shared/traces/arc` inside it.
+/// Directories searched for traces, in order: `$HERD_TRACE_DIR` (other traces, or a copy
+/// elsewhere), then the repository's own copy in `benches/traces/arc`. Nothing outside the
+/// repository is read unless the variable names it, so a plain clone has every trace its tests use.
 pub fn trace_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(dir) = std::env::var_os(TRACE_DIR_ENV) {
         dirs.push(PathBuf::from(dir));
     }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    dirs.push(repo.join("../shared/traces/arc"));
-    dirs.push(repo.join("shared/traces/arc"));
+    dirs.push(vendored_dir());
     dirs
+}
+
+/// `benches/traces/arc`, the copy of the ARC traces kept in the repository.
+pub fn vendored_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/arc")
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The hit-ratio harness is only trustworthy if exact LRU over the ARC traces reproduces the
-//! figures published in the ARC paper (see `shared/traces/arc/README.md`). OLTP at all five sizes
+//! figures published in the ARC paper (see `benches/traces/arc/README.md`, which cites the paper). OLTP at all five sizes
 //! runs by default (under a second or two even unoptimised); the four workstation traces expand to
 //! 42M requests, so they are `#[ignore]`d here and run with
 //! `cargo test --release -p benches --test arc_lru_figures -- --include-ignored`.
