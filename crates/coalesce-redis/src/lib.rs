@@ -7,7 +7,11 @@
 //! - [`coalesce::DistributedGroup`]: the group that uses it (in `coalesce`).
 //! - [`test_server::RedisServer`]: a throwaway `redis-server` for tests and examples.
 //!
-//! ```
+//! The example is compiled, not run, by the doc tests (a skipped doc test would read as passed);
+//! the same flow runs against a real server in `tests/redis`, whose harness names every test it
+//! skips when there is no `redis-server` binary.
+//!
+//! ```no_run
 //! use std::sync::Arc;
 //! use coalesce::{DistributedGroup, Group};
 //! use coalesce_redis::{test_server, RedisLease};

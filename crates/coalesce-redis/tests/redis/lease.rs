@@ -1,7 +1,7 @@
 //! `RedisLease` on a real `redis-server`: groups in distributed mode fill once across
 //! "processes" (separate connections); killing Redis mid-fill lets fills go on (fail open) and
 //! nothing hangs; the lease reconnects when Redis comes back; a Redis that never answers costs a
-//! timeout, not a hang. Skipped loudly without a `redis-server` binary; fails under CI.
+//! timeout, not a hang. Run by `main.rs`'s harness, which hands each test a fresh server.
 
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use coalesce::{Acquire, DistributedGroup, FillLease, FlightError, Group, LeaseError};
 use coalesce_redis::RedisLease;
-use coalesce_redis::test_server::redis_or_skip;
+use coalesce_redis::test_server::RedisServer;
 use tokio::sync::Notify;
 
 /// Guards against a hang: far above anything these tests should take, and it is the only
@@ -72,11 +72,7 @@ impl World {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_processes_fill_each_key_once_through_redis() {
-    let Some(server) = redis_or_skip("two_processes_fill_each_key_once_through_redis") else {
-        return;
-    };
+pub(crate) async fn two_processes_fill_each_key_once_through_redis(server: RedisServer) {
     let world = World::default();
     let (a, b) = (process(lease(&server.url())), process(lease(&server.url())));
     let gate = Arc::new(Notify::new());
@@ -131,12 +127,7 @@ async fn two_processes_fill_each_key_once_through_redis() {
     assert_eq!(sa.failed_open + sb.failed_open, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_redis_mid_fill_fails_open_and_nothing_hangs() {
-    let Some(mut server) = redis_or_skip("killing_redis_mid_fill_fails_open_and_nothing_hangs")
-    else {
-        return;
-    };
+pub(crate) async fn killing_redis_mid_fill_fails_open_and_nothing_hangs(mut server: RedisServer) {
     let world = World::default();
     let (a, b) = (process(lease(&server.url())), process(lease(&server.url())));
 
@@ -226,11 +217,7 @@ async fn killing_redis_mid_fill_fails_open_and_nothing_hangs() {
     assert!(a.stats().failed_open + b.stats().failed_open >= 2);
 }
 
-#[tokio::test]
-async fn the_lease_reconnects_when_redis_comes_back() {
-    let Some(mut server) = redis_or_skip("the_lease_reconnects_when_redis_comes_back") else {
-        return;
-    };
+pub(crate) async fn the_lease_reconnects_when_redis_comes_back(mut server: RedisServer) {
     let lease = lease(&server.url());
     let ttl = Duration::from_secs(10);
     assert!(matches!(
@@ -261,8 +248,7 @@ async fn the_lease_reconnects_when_redis_comes_back() {
 
 /// A "Redis" that accepts connections and never says a word: every call must end in an error
 /// within the configured timeouts. Needs no redis-server.
-#[tokio::test]
-async fn a_redis_that_never_answers_costs_a_timeout_not_a_hang() {
+pub(crate) async fn a_redis_that_never_answers_costs_a_timeout_not_a_hang() {
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("redis://{}/", silent.local_addr().unwrap());
     let lease = lease(&url);
