@@ -3,8 +3,8 @@
 //! Why it exists: a body readable while it is written needs three things read *together* under one
 //! lock: how many bytes exist, whether the write is still open, finished or aborted, and who is
 //! waiting for more. Pingora keeps the length in a watch channel and infers "finished" from the
-//! sender vanishing, which turns an aborted write into a clean end (prior-art §2). Here the state
-//! is explicit and terminal states never change.
+//! sender vanishing, which turns an aborted write into a clean end (pingora-cache's `PartialHit`,
+//! cloudflare/pingora issue 932). Here the state is explicit and terminal states never change.
 //!
 //! Design:
 //! - Chunks are kept as `Bytes` (when the backend retains them in memory); readers hold only an
