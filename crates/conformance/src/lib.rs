@@ -154,3 +154,9 @@ macro_rules! __storage_case_tests {
         )*
     };
 }
+
+/// The user guide's conformance recipe (`docs/guide/conformance.md`), compiled and run as a doc
+/// test so that it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide/conformance.md")]
+pub struct ConformanceRecipe;

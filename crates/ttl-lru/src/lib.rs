@@ -88,3 +88,9 @@ pub use clock::{Clock, CoarseClock, ManualClock, TokioClock};
 pub use error::{FetchError, InsertError, RegistryError};
 pub use read_through::{Fetched, Source};
 pub use stats::Stats;
+
+/// The user guide's read-through recipe (`docs/guide/read-through.md`), compiled and run as a doc
+/// test so that it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide/read-through.md")]
+pub struct ReadThroughRecipe;
