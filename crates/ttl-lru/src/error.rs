@@ -67,4 +67,8 @@ pub enum RegistryError {
     /// The maintenance task needs a tokio runtime.
     #[error("no tokio runtime is running")]
     NoRuntime,
+    /// A memory-pressure watcher needs `0 < low < high <= 1` and steps and a minimum scale
+    /// within `(0, 1]` (the shrink step below 1); the config as given.
+    #[error("bad memory-pressure config: {0}")]
+    BadPressureConfig(String),
 }

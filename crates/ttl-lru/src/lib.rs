@@ -60,7 +60,8 @@
 //! - **Fills** live in a [`coalesce::Group`], never in the store: they take no capacity, and a
 //!   cancelled leader hands its flight to exactly one waiter. A fill stores its result only if its
 //!   key was not removed, inserted, invalidated or cleared since it started (a per-key-stripe fence).
-//! - **Named caches** register in [`registry`] (weakly) for listing, resizing, purging, shrinking.
+//! - **Named caches** register in [`registry`] (weakly) for listing, resizing, purging, shrinking;
+//!   an opt-in [`pressure`] watcher scales them all down under memory pressure, with hysteresis.
 //!
 //! Edge cases: capacity 0 stores nothing (inserts fail with [`InsertError::TooHeavy`], read-through
 //! still coalesces and returns values); a TTL of 0 stores nothing unless a stale window is set.
@@ -71,6 +72,7 @@ mod cache;
 mod clock;
 mod error;
 mod pool;
+pub mod pressure;
 mod read_through;
 pub mod registry;
 mod rng;

@@ -3,7 +3,9 @@
 //! task that purges expired entries on an interval.
 //!
 //! Unlike lruttl's purge-everything, [`shrink_all`] trims every cache by the same fraction, so a
-//! memory budget shared across caches is given back proportionally.
+//! memory budget shared across caches is given back proportionally; and
+//! [`crate::pressure::spawn_pressure_watcher`] does it on its own, scaling every registered
+//! cache's capacity down under memory pressure and back up once it passes.
 
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, Weak};
@@ -71,7 +73,7 @@ where
 
 /// The live registered caches (dead ones are pruned). The lock is released before the caller
 /// touches any cache, so cache operations never run under the registry lock.
-fn live() -> Vec<Arc<dyn Managed>> {
+pub(crate) fn live() -> Vec<Arc<dyn Managed>> {
     let mut list = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
     list.retain(|w| w.strong_count() > 0);
     list.iter().filter_map(Weak::upgrade).collect()
