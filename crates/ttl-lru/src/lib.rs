@@ -3,7 +3,8 @@
 //! The core types:
 //! - [`Cache`]: the sharded store (cheap `Clone`, `Send + Sync`). Plain API: [`Cache::insert`],
 //!   [`Cache::get`], [`Cache::lookup`], [`Cache::remove`], capacity control, [`Cache::clear`]; and
-//!   read-through: [`Cache::get_or_try_insert`], [`Cache::get_or_try_insert_detached`].
+//!   read-through: [`Cache::get_or_try_insert`], [`Cache::get_or_try_insert_detached`], and the
+//!   infallible [`Cache::get_with`] / [`Cache::get_with_ttl`] for fills that cannot fail.
 //! - [`CacheBuilder`]: capacity, TTLs, stale-while-revalidate, weigher, sampling, clock.
 //! - [`Fetched`] / [`FetchError`]: a read-through value with its [`Source`] (hit, filled, joined,
 //!   stale), or why there is none.
@@ -71,6 +72,7 @@ mod builder;
 mod cache;
 mod clock;
 mod error;
+mod get_with;
 mod pool;
 pub mod pressure;
 mod read_through;
