@@ -2,11 +2,12 @@
 //! fail (a computation, a lookup that has its own fallback) needs no error type, no `Result` and
 //! no `FetchError` match at every call site.
 //!
-//! Built on [`Cache::get_or_try_insert`] with `E = Infallible`. The only ways that call can end
-//! without a value are the ones where this caller did not run a fill (it waited past
-//! `wait_timeout`, the fill it waited for was abandoned, or a cached error of another call site's
-//! type was found); in each of them this caller still holds its own fill, runs it, and stores the
-//! result fenced (an invalidation during that fill wins), so `get_with` always returns a value.
+//! Built on [`Cache::get_or_try_insert`] with `E = Infallible` (an error cached by a call site
+//! with another error type reads as a miss there). The only ways that call can end without a
+//! value are the ones where this caller did not run a fill: it waited past `wait_timeout`, the
+//! fill it joined was abandoned, or that fill failed with another call site's error type. In each
+//! of them this caller still holds its own fill, runs it, and stores the result fenced (an
+//! invalidation during that fill wins), so `get_with` always returns a value.
 
 use std::convert::Infallible;
 use std::future::Future;

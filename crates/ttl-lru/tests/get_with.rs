@@ -1,7 +1,7 @@
 //! `get_with` / `get_with_ttl`, the infallible read-through: coalesces like `get_or_try_insert`,
-//! and on every path where that returns no value without this caller's fill having run (wait
-//! timeout, a cached error of another call site's type) it runs its own fill and returns that
-//! value; dropped at every await it leaves nothing behind.
+//! and on every path where that returns no value without this caller's fill having run (a wait
+//! timeout, a joined fill that failed with another call site's error type) it runs its own fill
+//! and returns that value, stored fenced; dropped at every await it leaves nothing behind.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -67,7 +67,7 @@ async fn a_caller_that_waits_past_wait_timeout_runs_its_own_fill() {
 }
 
 #[tokio::test]
-async fn a_cached_error_of_another_call_site_does_not_stop_get_with() {
+async fn a_cached_error_of_another_call_site_is_a_miss_for_get_with() {
     let cache: Cache<u32, u32> = Cache::builder(100)
         .negative_ttl(MINUTE)
         .clock(ManualClock::new())
@@ -86,22 +86,61 @@ async fn a_cached_error_of_another_call_site_does_not_stop_get_with() {
 }
 
 #[tokio::test]
+async fn a_joined_fill_that_fails_with_another_error_type_makes_get_with_fill_itself() {
+    let cache: Cache<u32, u32> = Cache::builder(100).clock(ManualClock::new()).build();
+    let gate = Arc::new(Notify::new());
+    let leader = {
+        let (cache, gate) = (cache.clone(), gate.clone());
+        tokio::spawn(async move {
+            cache
+                .get_or_try_insert(
+                    1,
+                    |_| MINUTE,
+                    move || async move {
+                        gate.notified().await;
+                        Err::<u32, _>(std::io::Error::other("backend down"))
+                    },
+                )
+                .await
+        })
+    };
+    tokio::task::yield_now().await;
+    assert_eq!(cache.fills_in_flight(), 1);
+    let follower = {
+        let cache = cache.clone();
+        tokio::spawn(async move { cache.get_with_ttl(1, MINUTE, || async { 9 }).await })
+    };
+    tokio::task::yield_now().await;
+    gate.notify_one();
+    assert!(matches!(leader.await.unwrap(), Err(FetchError::Failed(_))));
+    assert_eq!(follower.await.unwrap(), 9, "the follower ran its own fill");
+    assert_eq!(cache.get(&1), Some(9));
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_invalidation_during_the_own_fill_keeps_its_value_out_of_the_store() {
     let cache: Cache<u32, u32> = Cache::builder(100)
-        .negative_ttl(MINUTE)
-        .clock(ManualClock::new())
+        .wait_timeout(Duration::from_secs(1))
+        .clock(TokioClock::new())
         .build();
-    let _ = cache
-        .get_or_try_insert(
-            1,
-            |_| MINUTE,
-            || async { Err::<u32, _>(std::io::Error::other("backend down")) },
-        )
-        .await;
+    let gate = Arc::new(Notify::new());
+    let _stuck_leader = {
+        let (cache, gate) = (cache.clone(), gate.clone());
+        tokio::spawn(async move {
+            cache
+                .get_with_ttl(1, MINUTE, move || async move {
+                    gate.notified().await;
+                    10
+                })
+                .await
+        })
+    };
+    tokio::task::yield_now().await;
     let invalidating = cache.clone();
     let value = cache
         .get_with_ttl(1, MINUTE, move || {
-            // Runs in this caller after the fence was taken: the invalidation wins.
+            // Runs in this caller, after its wait timed out and the fence was taken: the
+            // invalidation wins over the value.
             invalidating.invalidate(&1);
             async { 6 }
         })
