@@ -54,6 +54,7 @@
 //! # }).unwrap();
 //! ```
 
+mod body;
 mod cell;
 mod disk;
 mod error;
@@ -67,6 +68,9 @@ mod traits;
 #[doc(hidden)]
 pub mod loom_support;
 
+pub use body::BodyStream;
+#[cfg(feature = "http-body")]
+pub use body::HttpBody;
 pub use disk::DiskStorage;
 pub use error::{BodyError, FillError, StorageError, WriteError};
 pub use front::{NoReaderPolicy, StreamCache, StreamCacheBuilder, Upstream};
