@@ -490,3 +490,83 @@ async fn metrics_are_prometheus_text() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_storage_streams_caches_and_fails_dead_bodies() {
+    let dir = TempDir::new("disk");
+    let storage = std::sync::Arc::new(stream_cache::DiskStorage::open(&dir.0).await.unwrap());
+    let gate = Gate::new();
+    let origin = Origin::start({
+        let gate = gate.clone();
+        move |index, head| {
+            let body = body_of(20_000);
+            if head.starts_with("GET /dies ") && index == 0 {
+                vec![
+                    Step::Send(head_chunked("")),
+                    Step::Send(chunk(&body[..5_000])),
+                    Step::Wait(gate.clone()),
+                    Step::Reset,
+                ]
+            } else {
+                vec![Step::Send(head_len(body.len(), "")), Step::Send(body)]
+            }
+        }
+    })
+    .await;
+    let (proxy, _handle) = proxy_over(origin.addr, storage, |_| {}).await;
+    let first = get_simple(proxy, "/dies").await;
+    let mut first_body = first.into_body();
+    read_prefix(&mut first_body, 5_000).await;
+    let second = get_simple(proxy, "/dies").await;
+    assert_eq!(second.headers()["x-cache"], "HIT");
+    gate.open();
+    assert!(
+        tokio::time::timeout(GUARD, first_body.collect())
+            .await
+            .unwrap()
+            .is_err()
+    );
+    assert!(read_body(second).await.is_err());
+    assert_eq!(
+        read_body(get_simple(proxy, "/dies").await).await.unwrap(),
+        body_of(20_000)
+    );
+    let hit = get_simple(proxy, "/dies").await;
+    assert_eq!(hit.headers()["x-cache"], "HIT");
+    assert_eq!(read_body(hit).await.unwrap(), body_of(20_000));
+    assert_eq!(origin.requests(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_methods_and_credentials_pass_uncached() {
+    let origin = Origin::start(whole(10, "")).await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let stream = TcpStream::connect(proxy).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let post = Request::post("/form")
+        .header("host", "test.local")
+        .body(http_body_util::Full::new(Bytes::from_static(
+            b"field=value",
+        )))
+        .unwrap();
+    let response = sender.send_request(post).await.unwrap();
+    assert_eq!(read_body(response).await.unwrap(), body_of(10));
+    let authorized = get("/form")
+        .header("authorization", "Bearer x")
+        .body(Empty::new())
+        .unwrap();
+    read_body(send(proxy, authorized).await).await.unwrap();
+    let authorized = get("/form")
+        .header("authorization", "Bearer x")
+        .body(Empty::new())
+        .unwrap();
+    read_body(send(proxy, authorized).await).await.unwrap();
+    assert_eq!(origin.requests(), 3);
+    let heads = origin.heads();
+    assert!(heads[0].starts_with("POST /form HTTP/1.1"));
+    assert!(heads[0].ends_with("field=value") || heads[0].contains("content-length: 11"));
+}

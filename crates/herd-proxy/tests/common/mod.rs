@@ -180,10 +180,19 @@ pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
 /// A proxy in front of `origin` on a loopback port, memory storage.
 pub async fn proxy(origin: SocketAddr, tweak: impl FnOnce(&mut Config)) -> (SocketAddr, Proxy) {
+    proxy_over(origin, Arc::new(MemStorage::new(256 << 20)), tweak).await
+}
+
+/// A proxy in front of `origin` on a loopback port over `storage`.
+pub async fn proxy_over(
+    origin: SocketAddr,
+    storage: herd_proxy::SharedStorage,
+    tweak: impl FnOnce(&mut Config),
+) -> (SocketAddr, Proxy) {
     let mut config = Config::new(origin.to_string());
     config.purge_token = Some("sesame".to_owned());
     tweak(&mut config);
-    let proxy = Proxy::new(config, Arc::new(MemStorage::new(256 << 20))).unwrap();
+    let proxy = Proxy::new(config, storage).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(proxy.clone().serve(listener));
@@ -254,6 +263,24 @@ pub async fn until(what: &str, mut condition: impl FnMut() -> bool) {
     })
     .await;
     assert!(waited.is_ok(), "hang guard: {what}");
+}
+
+/// A temp directory removed on drop.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("herd-proxy-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Whether `curl` can be used; prints a loud skip when not, and fails under `CI=true`.
