@@ -627,7 +627,7 @@ impl Inner {
         match error {
             BodyError::Aborted(reason) => {
                 self.metrics.abort(reason.kind());
-                tracing::warn!(%reason, "body aborted before the response head");
+                tracing::debug!(%reason, "body aborted before the response head");
                 full(StatusCode::BAD_GATEWAY, "origin body failed\n")
             }
             BodyError::RangeNotSatisfiable { .. } | BodyError::InvalidRange { .. } => {
@@ -655,7 +655,7 @@ impl Inner {
             match &error {
                 BodyError::Aborted(reason) => {
                     errors.abort(reason.kind());
-                    tracing::warn!(%reason, "client body ends in an error: the write was aborted");
+                    tracing::debug!(%reason, "client body ends in an error: the write was aborted");
                 }
                 other => {
                     errors.body_errors.inc();

@@ -115,15 +115,96 @@ impl Origin {
         futures::stream::unfold(Some((data, guard)), move |state| async move {
             let (mut data, guard) = state?;
             match tokio::time::timeout(idle, data.next()).await {
-                Err(_elapsed) => Some((Err(FetchError::BodyIdle(idle)), None)),
+                Err(_elapsed) => {
+                    tracing::warn!(?idle, "origin body stalled; the stored body is aborted");
+                    Some((Err(FetchError::BodyIdle(idle)), None))
+                }
                 Ok(None) => None,
-                Ok(Some(Err(error))) => Some((Err(FetchError::Body(error)), None)),
+                Ok(Some(Err(error))) => {
+                    tracing::warn!(%error, "origin body failed; the stored body is aborted");
+                    Some((Err(FetchError::Body(error)), None))
+                }
                 Ok(Some(Ok(chunk))) => {
                     guard.0.upstream_bytes.add(chunk.len() as u64);
                     Some((Ok(chunk), Some((data, guard))))
                 }
             }
         })
+        // Chunks already read are stored as one: fewer, larger chunks make every later hit
+        // cheaper (one read and one write per chunk), and nothing waits for more bytes.
+        .ready_chunks(READY_CHUNKS)
+        .flat_map(|batch| futures::stream::iter(coalesce_batch(batch)))
         .boxed()
+    }
+}
+
+/// How many already-arrived origin chunks are merged into one stored chunk at most.
+const READY_CHUNKS: usize = 64;
+
+/// Merge a batch of chunks that were ready together into one freshly allocated chunk (an error
+/// ends the batch after the bytes before it). The copy matters even for a batch of one: hyper's
+/// chunks are slices of its read buffer, and storing one would pin that whole buffer (8 KiB or
+/// more) for as long as the object is cached.
+fn coalesce_batch(batch: Vec<Result<Bytes, FetchError>>) -> Vec<Result<Bytes, FetchError>> {
+    let len: usize = batch
+        .iter()
+        .map(|item| item.as_ref().map_or(0, Bytes::len))
+        .sum();
+    let mut merged = Vec::with_capacity(len);
+    let mut out = Vec::with_capacity(2);
+    for item in batch {
+        match item {
+            Ok(chunk) => merged.extend_from_slice(&chunk),
+            Err(error) => {
+                if !merged.is_empty() {
+                    out.push(Ok(Bytes::from(std::mem::take(&mut merged))));
+                }
+                out.push(Err(error));
+                return out;
+            }
+        }
+    }
+    if !merged.is_empty() {
+        out.push(Ok(Bytes::from(merged)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_merge_and_keep_the_error_last() {
+        let merged = coalesce_batch(vec![
+            Ok(Bytes::from_static(b"ab")),
+            Ok(Bytes::from_static(b"cd")),
+        ]);
+        assert_eq!(merged.len(), 1);
+        assert_eq!(merged[0].as_ref().unwrap(), "abcd");
+        let failed = coalesce_batch(vec![
+            Ok(Bytes::from_static(b"ab")),
+            Err(FetchError::BodyIdle(Duration::from_secs(1))),
+        ]);
+        assert_eq!(failed.len(), 2);
+        assert_eq!(failed[0].as_ref().unwrap(), "ab");
+        assert!(matches!(failed[1], Err(FetchError::BodyIdle(_))));
+        assert!(coalesce_batch(vec![]).is_empty());
+    }
+
+    /// A stored chunk must not be a slice of the origin's read buffer (that pinned 8 KiB+ per
+    /// cached 1 KiB object: 6.6 KB of RSS per object before, 1.8 KB after, compare/run.sh).
+    #[test]
+    fn a_stored_chunk_does_not_share_the_read_buffer() {
+        let read_buffer = Bytes::from(vec![7u8; 8192]);
+        let slice = read_buffer.slice(100..200);
+        let stored = coalesce_batch(vec![Ok(slice)]);
+        let stored = stored[0].as_ref().unwrap();
+        assert_eq!(stored.len(), 100);
+        let buffer = read_buffer.as_ptr_range();
+        assert!(
+            !buffer.contains(&stored.as_ptr()),
+            "the stored chunk points into the read buffer"
+        );
     }
 }
