@@ -37,8 +37,12 @@
 //! - Requests with `Authorization` or `Upgrade`, and methods other than `GET`/`HEAD`, pass to the
 //!   origin uncached. Request `Cache-Control` is not honoured (as nginx by default): a client
 //!   cannot force origin traffic.
-//! - A stale object is replaced by a new fill (one per key: the refresh is coalesced); there is no
-//!   revalidation with `If-None-Match` and no stale-while-revalidate yet.
+//! - A stale object is replaced by a new fetch, one per key (the refresh is coalesced); it stays
+//!   visible until the origin's new head arrives, and the new body then streams to whoever comes
+//!   next. `stale-while-revalidate` (RFC 5861) serves the stale object at once and refreshes in
+//!   the background; `stale-if-error` serves it when the refresh gets no answer (502/504 cases).
+//!   Responses served stale say `X-Cache: STALE`. There is no revalidation with
+//!   `If-None-Match`/`If-Modified-Since` (a refresh is a full fetch).
 //! - Conditional request headers and `Range` are not forwarded on fills (the stored object is
 //!   the whole 200).
 

@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use crate::policy::Freshness;
 
-const MAGIC: &str = "herd-proxy/1";
+const MAGIC: &str = "herd-proxy/2";
 
 /// A stored response head.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,11 +32,13 @@ impl StoredHead {
         let millis = |d: Duration| d.as_millis();
         let received = self.received.duration_since(UNIX_EPOCH).unwrap_or_default();
         let mut out = format!(
-            "{MAGIC} {} {} {} {}\n",
+            "{MAGIC} {} {} {} {} {} {}\n",
             self.status.as_u16(),
             millis(received),
             millis(self.freshness.lifetime),
-            millis(self.freshness.initial_age)
+            millis(self.freshness.initial_age),
+            millis(self.freshness.stale_while_revalidate),
+            millis(self.freshness.stale_if_error)
         )
         .into_bytes();
         for (name, value) in &self.headers {
@@ -67,6 +69,8 @@ impl StoredHead {
         let received = UNIX_EPOCH + Duration::from_millis(number()?);
         let lifetime = Duration::from_millis(number()?);
         let initial_age = Duration::from_millis(number()?);
+        let stale_while_revalidate = Duration::from_millis(number()?);
+        let stale_if_error = Duration::from_millis(number()?);
         let mut headers = HeaderMap::new();
         for line in lines.filter(|l| !l.is_empty()) {
             let colon = line.iter().position(|b| *b == b':').ok_or(MalformedMeta)?;
@@ -81,6 +85,8 @@ impl StoredHead {
             freshness: Freshness {
                 lifetime,
                 initial_age,
+                stale_while_revalidate,
+                stale_if_error,
             },
         })
     }
@@ -103,6 +109,8 @@ mod tests {
             freshness: Freshness {
                 lifetime: Duration::from_secs(60),
                 initial_age: Duration::from_millis(1500),
+                stale_while_revalidate: Duration::from_secs(5),
+                stale_if_error: Duration::ZERO,
             },
         };
         assert_eq!(StoredHead::decode(&head.encode()), Ok(head));
@@ -113,9 +121,10 @@ mod tests {
         for bytes in [
             &b""[..],
             b"nope",
-            b"herd-proxy/1 99999 1 2 3\n",
-            b"herd-proxy/1 200 1 2\n",
-            b"herd-proxy/1 200 1 2 3\nno colon\n",
+            b"herd-proxy/2 99999 1 2 3 4 5\n",
+            b"herd-proxy/2 200 1 2 3 4\n",
+            b"herd-proxy/1 200 1 2 3\n",
+            b"herd-proxy/2 200 1 2 3 4 5\nno colon\n",
         ] {
             assert_eq!(StoredHead::decode(bytes), Err(MalformedMeta), "{bytes:?}");
         }

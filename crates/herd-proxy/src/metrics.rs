@@ -107,6 +107,7 @@ pub struct Metrics {
     pub(crate) coalesced: Counter,
     pub(crate) passes: Counter,
     pub(crate) stale_refreshes: Counter,
+    pub(crate) stale_served: Counter,
     pub(crate) upstream_fetches: Counter,
     pub(crate) upstream_errors: Counter,
     pub(crate) upstream_timeouts: Counter,

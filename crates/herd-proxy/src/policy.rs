@@ -26,6 +26,10 @@ pub(crate) struct CacheControl {
     pub(crate) no_store: bool,
     pub(crate) no_cache: bool,
     pub(crate) private: bool,
+    /// RFC 5861: serve stale this long past freshness while one request refreshes it.
+    pub(crate) stale_while_revalidate: Option<u64>,
+    /// RFC 5861: serve stale this long past freshness when the origin fails.
+    pub(crate) stale_if_error: Option<u64>,
     /// A directive we could not parse (a `max-age` that is not a number): the response is not
     /// stored, as RFC 9111 section 4.2.1 advises for invalid freshness.
     pub(crate) invalid: bool,
@@ -55,6 +59,8 @@ impl CacheControl {
                         Some(s) => cc.s_maxage = Some(cc.s_maxage.map_or(s, |m| m.min(s))),
                         None => cc.invalid = true,
                     },
+                    "stale-while-revalidate" => cc.stale_while_revalidate = seconds(arg),
+                    "stale-if-error" => cc.stale_if_error = seconds(arg),
                     "no-store" => cc.no_store = true,
                     "no-cache" => cc.no_cache = true,
                     "private" => cc.private = true,
@@ -95,12 +101,30 @@ pub(crate) struct Freshness {
     /// Age the response already had when we received it (RFC 9111 section 4.2.3, without the
     /// response delay, which is under a millisecond on the paths we serve).
     pub(crate) initial_age: Duration,
+    /// How long past its lifetime it may be served while a refresh runs (RFC 5861).
+    pub(crate) stale_while_revalidate: Duration,
+    /// How long past its lifetime it may be served when the refresh fails (RFC 5861).
+    pub(crate) stale_if_error: Duration,
 }
 
 impl Freshness {
     /// Whether a response received at `received` is still fresh at `now`.
     pub(crate) fn is_fresh(&self, received: SystemTime, now: SystemTime) -> bool {
         self.current_age(received, now) < self.lifetime
+    }
+
+    /// Stale, but young enough to be served while one request refreshes it.
+    pub(crate) fn may_serve_while_revalidating(
+        &self,
+        received: SystemTime,
+        now: SystemTime,
+    ) -> bool {
+        self.current_age(received, now) < self.lifetime.saturating_add(self.stale_while_revalidate)
+    }
+
+    /// Stale, but young enough to be served when the origin fails.
+    pub(crate) fn may_serve_on_error(&self, received: SystemTime, now: SystemTime) -> bool {
+        self.current_age(received, now) < self.lifetime.saturating_add(self.stale_if_error)
     }
 
     /// The `Age` to send at `now`.
@@ -168,6 +192,8 @@ pub(crate) fn storable(
     let freshness = Freshness {
         lifetime,
         initial_age,
+        stale_while_revalidate: Duration::from_secs(cc.stale_while_revalidate.unwrap_or(0)),
+        stale_if_error: Duration::from_secs(cc.stale_if_error.unwrap_or(0)),
     };
     if !freshness.is_fresh(received, received) {
         return Err(NotStored::NoFreshness);
@@ -295,6 +321,33 @@ mod tests {
         assert_eq!(f.lifetime, Duration::from_secs(5));
         assert!(f.is_fresh(now(), now() + Duration::from_secs(4)));
         assert!(!f.is_fresh(now(), now() + Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn stale_extensions() {
+        let f = storable(
+            StatusCode::OK,
+            &headers(&[(
+                "cache-control",
+                "max-age=10, stale-while-revalidate=20, stale-if-error=100",
+            )]),
+            now(),
+        )
+        .unwrap();
+        let at = |s| now() + Duration::from_secs(s);
+        assert!(!f.is_fresh(now(), at(10)));
+        assert!(f.may_serve_while_revalidating(now(), at(29)));
+        assert!(!f.may_serve_while_revalidating(now(), at(30)));
+        assert!(f.may_serve_on_error(now(), at(109)));
+        assert!(!f.may_serve_on_error(now(), at(110)));
+        let plain = storable(
+            StatusCode::OK,
+            &headers(&[("cache-control", "max-age=10")]),
+            now(),
+        )
+        .unwrap();
+        assert!(!plain.may_serve_while_revalidating(now(), at(10)));
+        assert!(!plain.may_serve_on_error(now(), at(10)));
     }
 
     #[test]

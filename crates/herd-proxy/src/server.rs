@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
@@ -18,8 +19,8 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use stream_cache::{
-    BodyError, BodyReader, BodyStream, ByteRange, CacheKey, FillError, HttpBody, ObjectMeta,
-    StreamCache, Upstream, WriteState,
+    AbortReason, BodyError, BodyReader, BodyStream, BodyWriter, ByteRange, CacheKey, FillError,
+    HttpBody, ObjectMeta, StreamCache, Upstream, WriteState,
 };
 use tokio::net::TcpListener;
 use tokio::time::Instant;
@@ -95,6 +96,7 @@ enum Found {
     Hit,
     Miss,
     Coalesced,
+    Stale,
 }
 
 impl Found {
@@ -103,6 +105,7 @@ impl Found {
             Found::Hit => "HIT",
             Found::Miss => "MISS",
             Found::Coalesced => "MISS-COALESCED",
+            Found::Stale => "STALE",
         })
     }
 }
@@ -116,9 +119,9 @@ pub struct Proxy {
 struct Inner {
     config: Config,
     cache: StreamCache<SharedStorage>,
-    /// Serialises the replacement of a stale object per key, so concurrent requests that all
-    /// saw it stale purge it once (a second purge would abort the new fill).
-    refresh: coalesce::Group<CacheKey, (), Infallible>,
+    /// One refresh of a stale object per key at a time: concurrent requests that all saw it
+    /// stale share one origin fetch.
+    refresh: coalesce::Group<CacheKey, (), FetchError>,
     origin: Origin,
     metrics: Arc<Metrics>,
 }
@@ -304,9 +307,40 @@ impl Inner {
                         .respond(&parts, head, hit.meta, hit.body, Found::Hit)
                         .await;
                 }
-                Ok(_stale) => {
+                Ok(head) => {
+                    if head
+                        .freshness
+                        .may_serve_while_revalidating(head.received, now)
+                    {
+                        // stale-while-revalidate: this client gets the stale object now; one
+                        // background refresh (coalesced per key) replaces it.
+                        let (this, parts2, key2) =
+                            (Arc::clone(self), clone_parts(&parts), key.clone());
+                        tokio::spawn(async move {
+                            if let Err(error) = this.refresh(&parts2, &key2, coding).await {
+                                tracing::warn!(%error, key = ?key2, "background refresh failed");
+                            }
+                        });
+                        self.metrics.stale_served.inc();
+                        return self
+                            .respond(&parts, head, hit.meta, hit.body, Found::Stale)
+                            .await;
+                    }
+                    if let Err(error) = self.refresh(&parts, &key, coding).await {
+                        if head
+                            .freshness
+                            .may_serve_on_error(head.received, self.config.clock.now())
+                        {
+                            tracing::warn!(%error, ?key, "origin failed; serving stale (stale-if-error)");
+                            self.metrics.stale_served.inc();
+                            return self
+                                .respond(&parts, head, hit.meta, hit.body, Found::Stale)
+                                .await;
+                        }
+                        return flight_error_response(&error);
+                    }
+                    // Refreshed: the lookup in the fill path finds the new object.
                     drop(hit);
-                    self.replace_stale(&key).await;
                 }
                 Err(error) => {
                     tracing::warn!(%error, ?key, "passing a request whose stored meta is unreadable");
@@ -324,28 +358,98 @@ impl Inner {
         self.fill(parts, key, coding).await
     }
 
-    /// Purge `key` if it still holds a stale object; one refresh per key at a time, so a
-    /// request that saw the old object late cannot purge the new fill.
-    async fn replace_stale(&self, key: &CacheKey) {
-        let _ = self
-            .refresh
+    /// Replace the stale object of `key` with a new fetch, one refresh per key at a time (so a
+    /// request that saw the old object late does not fetch again). The stale object stays
+    /// visible until the origin's new head arrives; then the new body is written in its place
+    /// (readers already attached to the old one finish it) and streams to whoever comes next.
+    /// An origin failure leaves the stale object in place (for `stale-if-error`) and is
+    /// returned; a new answer that may not be stored removes it.
+    ///
+    /// Cancel safety: dropped while waiting for another request's refresh, nothing changes;
+    /// dropped while leading it, the lead passes to a waiting request (coalesce's guard), and
+    /// the origin request is dropped. Once the write has begun the body is pumped by its own
+    /// task, before the next await.
+    async fn refresh(
+        &self,
+        parts: &Parts,
+        key: &CacheKey,
+        coding: Coding,
+    ) -> Result<(), coalesce::FlightError<FetchError>> {
+        self.refresh
             .run(key.clone(), || async {
                 if let Ok(Some(hit)) = self.cache.lookup(key.clone()).await
                     && let Ok(head) = StoredHead::decode(&hit.meta.user)
-                    && !head
+                    && head
                         .freshness
                         .is_fresh(head.received, self.config.clock.now())
                 {
-                    drop(hit);
-                    if let Err(error) = self.cache.purge(key.clone()).await {
-                        tracing::warn!(%error, ?key, "purging a stale object failed");
-                    } else {
+                    return Ok(()); // refreshed by an earlier flight
+                }
+                let response = self.origin.fetch(self.fill_request(parts, coding)).await?;
+                let upstream = match self.to_upstream(&parts.method, response) {
+                    Ok(upstream) => upstream,
+                    Err((_response, why)) => {
+                        // The origin's new answer may not be shared: neither may the old one be.
+                        tracing::debug!(?why, ?key, "refreshed response not stored");
+                        let _ = self.cache.purge(key.clone()).await;
+                        return Ok(());
+                    }
+                };
+                match self.cache.storage().begin_write(key, upstream.meta).await {
+                    Ok(writer) => {
                         self.metrics.stale_refreshes.inc();
+                        tokio::spawn(pump(writer, upstream.body, self.config.max_object_size));
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, ?key, "storing a refreshed response failed");
+                        let _ = self.cache.purge(key.clone()).await;
                     }
                 }
                 Ok(())
             })
-            .await;
+            .await
+    }
+
+    /// An origin response as what to store, or back with the reason it may not be stored.
+    #[allow(clippy::result_large_err)] // the error hands the response back, by design
+    fn to_upstream(
+        &self,
+        method: &Method,
+        response: Response<Incoming>,
+    ) -> Result<Upstream<FetchError>, (Response<Incoming>, policy::NotStored)> {
+        let received = self.config.clock.now();
+        let declared = content_length(response.headers());
+        let verdict = policy::storable(response.status(), response.headers(), received).and_then(
+            |freshness| match declared {
+                Some(len) if len > self.config.max_object_size => Err(policy::NotStored::TooLarge),
+                _ => Ok(freshness),
+            },
+        );
+        let freshness = match verdict {
+            Ok(freshness) => freshness,
+            Err(why) => return Err((response, why)),
+        };
+        let (head, body) = response.into_parts();
+        let mut headers = head.headers;
+        strip_hop_by_hop(&mut headers);
+        let stored = StoredHead {
+            status: head.status,
+            headers,
+            received,
+            freshness,
+        };
+        let mut meta = ObjectMeta::new(stored.encode());
+        let has_body = method != Method::HEAD && !matches!(head.status.as_u16(), 204 | 304);
+        let body = if has_body {
+            if let Some(len) = declared {
+                meta = meta.with_len(len);
+            }
+            self.origin.body_stream(body)
+        } else {
+            drop(body);
+            futures::stream::empty().boxed()
+        };
+        Ok(Upstream::new(meta, body))
     }
 
     /// A miss: join (or lead) the fill of `key`.
@@ -364,47 +468,14 @@ impl Inner {
             .get_or_fill(key, || async {
                 led.store(true, Ordering::Relaxed);
                 let response = self.origin.fetch(request).await?;
-                let received = self.config.clock.now();
-                let (head, body) = response.into_parts();
-                let declared = content_length(&head.headers);
-                let verdict =
-                    policy::storable(head.status, &head.headers, received).and_then(|f| {
-                        match declared {
-                            Some(len) if len > self.config.max_object_size => {
-                                Err(policy::NotStored::TooLarge)
-                            }
-                            _ => Ok(f),
-                        }
-                    });
-                let freshness = match verdict {
-                    Ok(freshness) => freshness,
-                    Err(why) => {
-                        tracing::debug!(?why, status = %head.status, "response not stored");
-                        *unshared.lock() = Some(Response::from_parts(head, body));
-                        return Err(FetchError::Uncacheable);
+                match self.to_upstream(&parts.method, response) {
+                    Ok(upstream) => Ok(upstream),
+                    Err((response, why)) => {
+                        tracing::debug!(?why, status = %response.status(), "response not stored");
+                        *unshared.lock() = Some(response);
+                        Err(FetchError::Uncacheable)
                     }
-                };
-                let mut headers = head.headers;
-                strip_hop_by_hop(&mut headers);
-                let stored = StoredHead {
-                    status: head.status,
-                    headers,
-                    received,
-                    freshness,
-                };
-                let mut meta = ObjectMeta::new(stored.encode());
-                let has_body =
-                    parts.method != Method::HEAD && !matches!(head.status.as_u16(), 204 | 304);
-                let body = if has_body {
-                    if let Some(len) = declared {
-                        meta = meta.with_len(len);
-                    }
-                    self.origin.body_stream(body)
-                } else {
-                    drop(body);
-                    futures::stream::empty().boxed()
-                };
-                Ok(Upstream::new(meta, body))
+                }
             })
             .await;
         let led = led.load(Ordering::Relaxed);
@@ -666,6 +737,58 @@ impl Inner {
         })
         .boxed_unsync()
     }
+}
+
+/// Copy an origin body into a writer (a refresh's body). Runs on its own task; if the task is
+/// dropped (runtime shutdown) the writer's drop aborts the write, so no reader sees a clean end.
+async fn pump(
+    mut writer: Box<dyn BodyWriter>,
+    mut body: BoxStream<'static, Result<Bytes, FetchError>>,
+    limit: u64,
+) {
+    let mut written = 0u64;
+    while let Some(item) = body.next().await {
+        match item {
+            Ok(chunk) => {
+                written += chunk.len() as u64;
+                if written > limit {
+                    writer.abort(AbortReason::TooLarge { limit });
+                    return;
+                }
+                // A failed write is an aborted one (purged, say): its readers already know why.
+                if writer.write(chunk).await.is_err() {
+                    return;
+                }
+            }
+            Err(error) => {
+                writer.abort(AbortReason::upstream(error));
+                return;
+            }
+        }
+    }
+    if let Err(error) = writer.finish().await {
+        tracing::debug!(%error, "refreshed body did not complete");
+    }
+}
+
+/// The status for a refresh that failed.
+fn flight_error_response(error: &coalesce::FlightError<FetchError>) -> Response<RespBody> {
+    match error.fill_error().map(|e| &**e) {
+        Some(FetchError::Timeout(_)) | None => {
+            full(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n")
+        }
+        Some(_) => full(StatusCode::BAD_GATEWAY, "origin unreachable\n"),
+    }
+}
+
+/// A copy of a request head (`Parts` is not `Clone` because of its extensions, unused here).
+fn clone_parts(parts: &Parts) -> Parts {
+    let mut request = Request::new(());
+    *request.method_mut() = parts.method.clone();
+    *request.uri_mut() = parts.uri.clone();
+    *request.version_mut() = parts.version;
+    *request.headers_mut() = parts.headers.clone();
+    request.into_parts().0
 }
 
 fn empty_up_body() -> UpBody {

@@ -570,3 +570,94 @@ async fn other_methods_and_credentials_pass_uncached() {
     assert!(heads[0].starts_with("POST /form HTTP/1.1"));
     assert!(heads[0].ends_with("field=value") || heads[0].contains("content-length: 11"));
 }
+
+/// Origin for the stale tests: the first answer is "v1", later ones "v2" (after `gate` opens),
+/// or, with `fail_later`, a reset with no answer.
+fn versioned_origin(
+    cache_control: &'static str,
+    gate: Gate,
+    fail_later: bool,
+) -> impl Fn(usize, &str) -> Vec<Step> {
+    move |index, _| {
+        let head = |body: &str| {
+            Bytes::from(format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: {cache_control}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ))
+        };
+        match index {
+            0 => vec![Step::Send(head("v1"))],
+            _ if fail_later => vec![Step::Reset],
+            _ => vec![Step::Wait(gate.clone()), Step::Send(head("v2"))],
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_while_revalidate_serves_stale_at_once_and_refreshes_once() {
+    let gate = Gate::new();
+    let origin = Origin::start(versioned_origin(
+        "max-age=10, stale-while-revalidate=60",
+        gate.clone(),
+        false,
+    ))
+    .await;
+    let clock = herd_proxy::Clock::manual(std::time::SystemTime::now());
+    let (proxy, _handle) = proxy(origin.addr, |c| c.clock = clock.clone()).await;
+    assert_eq!(
+        read_body(get_simple(proxy, "/s").await).await.unwrap(),
+        "v1"
+    );
+    clock.advance(Duration::from_secs(11));
+    // The origin holds its answer (gate closed), yet every client gets v1 at once.
+    for _ in 0..5 {
+        let stale = get_simple(proxy, "/s").await;
+        assert_eq!(stale.headers()["x-cache"], "STALE");
+        assert_eq!(read_body(stale).await.unwrap(), "v1");
+    }
+    until("the background refresh reached the origin", || {
+        origin.requests() == 2
+    })
+    .await;
+    gate.open();
+    let refreshed = tokio::time::timeout(GUARD, async {
+        loop {
+            let response = get_simple(proxy, "/s").await;
+            let cache = response.headers()["x-cache"].clone();
+            if read_body(response).await.unwrap() == "v2" {
+                return cache;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("hang guard: the refreshed object replaces the stale one");
+    assert_eq!(refreshed, "HIT");
+    assert_eq!(origin.requests(), 2, "five stale hits, one refresh");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_if_error_serves_stale_when_the_origin_fails() {
+    for (cache_control, expect_stale) in [
+        ("max-age=10, stale-if-error=60", true),
+        ("max-age=10", false),
+    ] {
+        let origin = Origin::start(versioned_origin(cache_control, Gate::new(), true)).await;
+        let clock = herd_proxy::Clock::manual(std::time::SystemTime::now());
+        let (proxy, _handle) = proxy(origin.addr, |c| c.clock = clock.clone()).await;
+        assert_eq!(
+            read_body(get_simple(proxy, "/e").await).await.unwrap(),
+            "v1"
+        );
+        clock.advance(Duration::from_secs(11));
+        let response = get_simple(proxy, "/e").await;
+        if expect_stale {
+            assert_eq!(response.status(), 200);
+            assert_eq!(response.headers()["x-cache"], "STALE");
+            assert_eq!(read_body(response).await.unwrap(), "v1");
+        } else {
+            assert_eq!(response.status(), 502, "{cache_control}");
+        }
+        assert_eq!(origin.requests(), 2);
+    }
+}
