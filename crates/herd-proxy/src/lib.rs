@@ -2,7 +2,8 @@
 //! is that a client can trust it: a body the origin did not finish is never delivered as a
 //! complete one.
 //!
-//! What it does (HTTP/1.1 and 1.0 on both sides, one origin):
+//! What it does (clients: HTTP/1.0, 1.1 and HTTP/2 with prior knowledge (h2c; TLS is not
+//! terminated here); origin: HTTP/1.1, one origin):
 //! - `GET`/`HEAD` responses are stored under method + authority + path + query + coding class
 //!   (see below), for the freshness their `Cache-Control` (`s-maxage`, `max-age`), `Expires` and
 //!   `Age` give them. Not stored: `no-store`, `private`, `no-cache`, `Set-Cookie`, `Vary` on
@@ -15,7 +16,8 @@
 //! - A response that may not be shared (decided from its head) goes to the client that fetched
 //!   it; the clients coalesced on it each fetch their own (Varnish's hit-for-pass).
 //! - Truncation is always visible: a body whose write aborts ends in a body error, which hyper
-//!   turns into a missing terminating chunk or a short `Content-Length` (curl: exit 18). An
+//!   turns into a missing terminating chunk or a short `Content-Length` (curl: exit 18), or on
+//!   HTTP/2 into `RST_STREAM` (curl: exit 92). An
 //!   HTTP/1.0 client cannot see a missing chunk, so a body of unknown length is sent to it only
 //!   once complete, with a `Content-Length` (or a 502 if it failed before).
 //! - `Range` (one range) is served as 206 from stored and still-arriving bodies whose length is

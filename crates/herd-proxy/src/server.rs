@@ -15,9 +15,9 @@ use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use stream_cache::{
     AbortReason, BodyError, BodyReader, BodyStream, BodyWriter, ByteRange, CacheKey, FillError,
     HttpBody, ObjectMeta, StreamCache, Upstream, WriteState,
@@ -176,11 +176,20 @@ impl Proxy {
             let inner = Arc::clone(&self.inner);
             tokio::spawn(async move {
                 let config = &inner.config;
-                let mut builder = http1::Builder::new();
+                // HTTP/1.x, or HTTP/2 with prior knowledge (h2c); an aborted body then ends its
+                // stream with RST_STREAM instead of a missing chunk.
+                let mut builder = auto::Builder::new(TokioExecutor::new());
                 builder
+                    .http1()
                     .max_buf_size(config.max_header_bytes)
                     .timer(TokioTimer::new())
                     .header_read_timeout(config.client_header_timeout);
+                builder
+                    .http2()
+                    .max_header_list_size(
+                        u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX),
+                    )
+                    .timer(TokioTimer::new());
                 let service = service_fn({
                     let inner = Arc::clone(&inner);
                     move |request| {

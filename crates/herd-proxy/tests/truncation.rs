@@ -297,3 +297,55 @@ async fn http10_client_gets_complete_chunked_body_with_length() {
     assert_eq!(read_body(response).await.unwrap(), body_of(5000));
     assert_eq!(origin.requests(), 1);
 }
+
+/// HTTP/2 (h2c, prior knowledge): an aborted body ends its stream with RST_STREAM, which the
+/// client sees as an error (curl: non-zero exit), and the connection's other streams go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_client_sees_a_stream_error_when_the_origin_dies() {
+    let gate = Gate::new();
+    let origin = Origin::start(dying_origin(Framing::Length, Death::Reset, gate.clone())).await;
+    let (proxy_addr, proxy) = proxy(origin.addr, |_| {}).await;
+    let stream = tokio::net::TcpStream::connect(proxy_addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let request = || {
+        http::Request::get("http://test.local/obj")
+            .version(http::Version::HTTP_2)
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap()
+    };
+    let response = sender.send_request(request()).await.unwrap();
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    let mut body = response.into_body();
+    read_prefix(&mut body, PREFIX).await;
+
+    let name = "http2_client_sees_a_stream_error_when_the_origin_dies";
+    let curl2 =
+        curl_or_skip(name).then(|| curl(proxy_addr, "/obj", &["--http2-prior-knowledge"], "h2"));
+    if curl2.is_some() {
+        until("curl attached", || proxy.metrics().hits() == 1).await;
+    }
+    gate.open();
+    let rest = tokio::time::timeout(GUARD, body.collect())
+        .await
+        .expect("hang guard");
+    assert!(rest.is_err(), "the HTTP/2 stream must end in an error");
+    if let Some(curl2) = curl2 {
+        let (code, len) = curl2.finish().await;
+        assert_ne!(
+            code, 0,
+            "curl --http2-prior-knowledge exited 0 with {len} bytes"
+        );
+        assert!(len < FULL);
+    }
+    // The same connection carries the next request, which refetches the whole body.
+    sender.ready().await.unwrap();
+    let next = sender.send_request(request()).await.unwrap();
+    assert_eq!(read_body(next).await.unwrap(), body_of(FULL));
+    assert_eq!(origin.requests(), 2);
+}
