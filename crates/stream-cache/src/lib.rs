@@ -9,6 +9,8 @@
 //! - [`WriteState`] / [`AbortReason`]: a write is `Partial(n)` until it is `Complete(n)` or
 //!   `Aborted(reason)`; terminal states never change. A reader's `Ok(None)` means one thing
 //!   only: the write finished successfully and every byte was read.
+//! - [`BodyStream`] (and, with the `http-body` feature, `HttpBody`): a reader as a `Stream` /
+//!   an `http_body::Body` whose abort is an error item / body error, never a clean end.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -54,6 +56,7 @@
 //! # }).unwrap();
 //! ```
 
+mod body;
 mod cell;
 mod disk;
 mod error;
@@ -67,6 +70,9 @@ mod traits;
 #[doc(hidden)]
 pub mod loom_support;
 
+pub use body::BodyStream;
+#[cfg(feature = "http-body")]
+pub use body::HttpBody;
 pub use disk::DiskStorage;
 pub use error::{BodyError, FillError, StorageError, WriteError};
 pub use front::{NoReaderPolicy, StreamCache, StreamCacheBuilder, Upstream};

@@ -1,0 +1,473 @@
+//! HTTP caching rules: which requests may use the cache, which responses may be stored and for
+//! how long (RFC 9111 `Cache-Control`, `Expires`, `Age`), and the cache key.
+//!
+//! Kept free of I/O so every rule is a unit test. The choices where the RFC leaves room (no
+//! heuristic freshness, `no-cache` not stored, `Authorization` requests passed) are listed in the
+//! crate docs.
+
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, Method, StatusCode, header};
+
+/// Statuses stored when the response carries explicit freshness (RFC 9110 section 15.1's
+/// "heuristically cacheable" set plus 308). 206 is not stored: the proxy never forwards `Range`.
+pub(crate) fn status_is_storable(status: StatusCode) -> bool {
+    matches!(
+        status.as_u16(),
+        200 | 203 | 204 | 300 | 301 | 308 | 404 | 405 | 410 | 414 | 501
+    )
+}
+
+/// The directives of a `Cache-Control` response header that matter to a shared cache.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct CacheControl {
+    pub(crate) max_age: Option<u64>,
+    pub(crate) s_maxage: Option<u64>,
+    pub(crate) no_store: bool,
+    pub(crate) no_cache: bool,
+    pub(crate) private: bool,
+    /// RFC 5861: serve stale this long past freshness while one request refreshes it.
+    pub(crate) stale_while_revalidate: Option<u64>,
+    /// RFC 5861: serve stale this long past freshness when the origin fails.
+    pub(crate) stale_if_error: Option<u64>,
+    /// A directive we could not parse (a `max-age` that is not a number): the response is not
+    /// stored, as RFC 9111 section 4.2.1 advises for invalid freshness.
+    pub(crate) invalid: bool,
+}
+
+impl CacheControl {
+    /// Parse every `Cache-Control` field of `headers` (several fields are one list).
+    pub(crate) fn parse(headers: &HeaderMap) -> Self {
+        let mut cc = CacheControl::default();
+        for value in headers.get_all(header::CACHE_CONTROL) {
+            let Ok(value) = value.to_str() else {
+                cc.invalid = true;
+                continue;
+            };
+            for directive in split_list(value) {
+                let (name, arg) = match directive.split_once('=') {
+                    Some((name, arg)) => (name.trim(), Some(arg.trim().trim_matches('"'))),
+                    None => (directive, None),
+                };
+                let seconds = |arg: Option<&str>| arg.and_then(|a| a.parse::<u64>().ok());
+                match name.to_ascii_lowercase().as_str() {
+                    "max-age" => match seconds(arg) {
+                        Some(s) => cc.max_age = Some(cc.max_age.map_or(s, |m| m.min(s))),
+                        None => cc.invalid = true,
+                    },
+                    "s-maxage" => match seconds(arg) {
+                        Some(s) => cc.s_maxage = Some(cc.s_maxage.map_or(s, |m| m.min(s))),
+                        None => cc.invalid = true,
+                    },
+                    "stale-while-revalidate" => cc.stale_while_revalidate = seconds(arg),
+                    "stale-if-error" => cc.stale_if_error = seconds(arg),
+                    "no-store" => cc.no_store = true,
+                    "no-cache" => cc.no_cache = true,
+                    "private" => cc.private = true,
+                    _ => {}
+                }
+            }
+        }
+        cc
+    }
+}
+
+/// Split a comma-separated header list, skipping empty members (quoted commas are rare in
+/// `Cache-Control` and only occur inside `no-cache="..."`/`private="..."`, which we treat as
+/// their unqualified forms anyway).
+fn split_list(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// Why a response is not stored (for logs and the `pass` metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotStored {
+    Status,
+    NoStore,
+    Private,
+    NoCache,
+    SetCookie,
+    Vary,
+    NoFreshness,
+    InvalidDirective,
+    TooLarge,
+}
+
+/// How long a stored response stays fresh, measured from when it was received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Freshness {
+    /// Freshness lifetime (s-maxage, else max-age, else Expires - Date).
+    pub(crate) lifetime: Duration,
+    /// Age the response already had when we received it (RFC 9111 section 4.2.3, without the
+    /// response delay, which is under a millisecond on the paths we serve).
+    pub(crate) initial_age: Duration,
+    /// How long past its lifetime it may be served while a refresh runs (RFC 5861).
+    pub(crate) stale_while_revalidate: Duration,
+    /// How long past its lifetime it may be served when the refresh fails (RFC 5861).
+    pub(crate) stale_if_error: Duration,
+}
+
+impl Freshness {
+    /// Whether a response received at `received` is still fresh at `now`.
+    pub(crate) fn is_fresh(&self, received: SystemTime, now: SystemTime) -> bool {
+        self.current_age(received, now) < self.lifetime
+    }
+
+    /// Stale, but young enough to be served while one request refreshes it.
+    pub(crate) fn may_serve_while_revalidating(
+        &self,
+        received: SystemTime,
+        now: SystemTime,
+    ) -> bool {
+        self.current_age(received, now) < self.lifetime.saturating_add(self.stale_while_revalidate)
+    }
+
+    /// Stale, but young enough to be served when the origin fails.
+    pub(crate) fn may_serve_on_error(&self, received: SystemTime, now: SystemTime) -> bool {
+        self.current_age(received, now) < self.lifetime.saturating_add(self.stale_if_error)
+    }
+
+    /// The `Age` to send at `now`.
+    pub(crate) fn current_age(&self, received: SystemTime, now: SystemTime) -> Duration {
+        self.initial_age + now.duration_since(received).unwrap_or(Duration::ZERO)
+    }
+}
+
+/// Decide whether a response to a `GET`/`HEAD` may be stored by a shared cache, and its
+/// freshness. `received` is when its headers arrived.
+pub(crate) fn storable(
+    status: StatusCode,
+    headers: &HeaderMap,
+    received: SystemTime,
+) -> Result<Freshness, NotStored> {
+    if !status_is_storable(status) {
+        return Err(NotStored::Status);
+    }
+    let cc = CacheControl::parse(headers);
+    if cc.no_store {
+        return Err(NotStored::NoStore);
+    }
+    if cc.private {
+        return Err(NotStored::Private);
+    }
+    if cc.no_cache {
+        // Stored objects are never revalidated, so a response that must be revalidated on
+        // every use is not stored at all.
+        return Err(NotStored::NoCache);
+    }
+    if headers.contains_key(header::SET_COOKIE) {
+        return Err(NotStored::SetCookie);
+    }
+    for vary in headers.get_all(header::VARY) {
+        let Ok(vary) = vary.to_str() else {
+            return Err(NotStored::Vary);
+        };
+        if split_list(vary).any(|field| !field.eq_ignore_ascii_case("accept-encoding")) {
+            return Err(NotStored::Vary);
+        }
+    }
+    if cc.invalid {
+        return Err(NotStored::InvalidDirective);
+    }
+    let date = http_date(headers, header::DATE).unwrap_or(received);
+    let age_header = headers
+        .get(header::AGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_secs);
+    let apparent_age = received.duration_since(date).unwrap_or(Duration::ZERO);
+    let initial_age = apparent_age.max(age_header);
+    let lifetime = match (cc.s_maxage, cc.max_age) {
+        (Some(s), _) => Duration::from_secs(s),
+        (None, Some(s)) => Duration::from_secs(s),
+        (None, None) => match headers.get(header::EXPIRES) {
+            // An invalid Expires (for instance "0") means "already expired" (RFC 9111 5.3).
+            Some(_) => match http_date(headers, header::EXPIRES) {
+                Some(expires) => expires.duration_since(date).unwrap_or(Duration::ZERO),
+                None => Duration::ZERO,
+            },
+            None => return Err(NotStored::NoFreshness),
+        },
+    };
+    let freshness = Freshness {
+        lifetime,
+        initial_age,
+        stale_while_revalidate: Duration::from_secs(cc.stale_while_revalidate.unwrap_or(0)),
+        stale_if_error: Duration::from_secs(cc.stale_if_error.unwrap_or(0)),
+    };
+    if !freshness.is_fresh(received, received) {
+        return Err(NotStored::NoFreshness);
+    }
+    Ok(freshness)
+}
+
+fn http_date(headers: &HeaderMap, name: header::HeaderName) -> Option<SystemTime> {
+    let value = headers.get(name)?.to_str().ok()?;
+    httpdate::parse_http_date(value.trim()).ok()
+}
+
+/// Whether a request may be answered from the cache (and fill it). Others are passed to the
+/// origin untouched.
+pub(crate) fn request_is_cacheable(method: &Method, headers: &HeaderMap) -> bool {
+    (method == Method::GET || method == Method::HEAD)
+        && !headers.contains_key(header::AUTHORIZATION)
+        && !headers.contains_key(header::UPGRADE)
+}
+
+/// The coding class a request's `Accept-Encoding` falls into. The proxy sends the class (not
+/// the client's header) to the origin, so one stored response is right for every client of the
+/// class, and the class joins the cache key (that is how `Vary: Accept-Encoding` is honoured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Coding {
+    Br,
+    Gzip,
+    Identity,
+}
+
+impl Coding {
+    pub(crate) const ALL: [Coding; 3] = [Coding::Br, Coding::Gzip, Coding::Identity];
+
+    /// The class for a request's headers: the best of `br`, `gzip` the client accepts (q > 0),
+    /// else identity.
+    pub(crate) fn of(headers: &HeaderMap) -> Self {
+        let mut br = false;
+        let mut gzip = false;
+        for value in headers.get_all(header::ACCEPT_ENCODING) {
+            let Ok(value) = value.to_str() else { continue };
+            for member in split_list(value) {
+                let mut parts = member.split(';');
+                let coding = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+                let refused = parts.any(|p| {
+                    let p = p.trim().to_ascii_lowercase();
+                    p.strip_prefix("q=")
+                        .and_then(|q| q.trim().parse::<f32>().ok())
+                        .is_some_and(|q| q <= 0.0)
+                });
+                if refused {
+                    continue;
+                }
+                match coding.as_str() {
+                    "br" => br = true,
+                    "gzip" | "x-gzip" => gzip = true,
+                    _ => {}
+                }
+            }
+        }
+        if br {
+            Coding::Br
+        } else if gzip {
+            Coding::Gzip
+        } else {
+            Coding::Identity
+        }
+    }
+
+    /// The `Accept-Encoding` value sent upstream for this class.
+    pub(crate) fn header_value(self) -> &'static str {
+        match self {
+            Coding::Br => "br",
+            Coding::Gzip => "gzip",
+            Coding::Identity => "identity",
+        }
+    }
+}
+
+/// The cache key: method, authority, path and query, coding class.
+pub(crate) fn cache_key(
+    method: &Method,
+    authority: &str,
+    path_and_query: &str,
+    coding: Coding,
+) -> String {
+    format!(
+        "{method} {} {path_and_query} {}",
+        authority.to_ascii_lowercase(),
+        coding.header_value()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    fn now() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
+    }
+
+    #[test]
+    fn max_age_and_s_maxage() {
+        let f = storable(
+            StatusCode::OK,
+            &headers(&[("cache-control", "max-age=60")]),
+            now(),
+        )
+        .unwrap();
+        assert_eq!(f.lifetime, Duration::from_secs(60));
+        let f = storable(
+            StatusCode::OK,
+            &headers(&[("cache-control", "max-age=60, s-maxage=5")]),
+            now(),
+        )
+        .unwrap();
+        assert_eq!(f.lifetime, Duration::from_secs(5));
+        assert!(f.is_fresh(now(), now() + Duration::from_secs(4)));
+        assert!(!f.is_fresh(now(), now() + Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn stale_extensions() {
+        let f = storable(
+            StatusCode::OK,
+            &headers(&[(
+                "cache-control",
+                "max-age=10, stale-while-revalidate=20, stale-if-error=100",
+            )]),
+            now(),
+        )
+        .unwrap();
+        let at = |s| now() + Duration::from_secs(s);
+        assert!(!f.is_fresh(now(), at(10)));
+        assert!(f.may_serve_while_revalidating(now(), at(29)));
+        assert!(!f.may_serve_while_revalidating(now(), at(30)));
+        assert!(f.may_serve_on_error(now(), at(109)));
+        assert!(!f.may_serve_on_error(now(), at(110)));
+        let plain = storable(
+            StatusCode::OK,
+            &headers(&[("cache-control", "max-age=10")]),
+            now(),
+        )
+        .unwrap();
+        assert!(!plain.may_serve_while_revalidating(now(), at(10)));
+        assert!(!plain.may_serve_on_error(now(), at(10)));
+    }
+
+    #[test]
+    fn age_counts_against_lifetime() {
+        let f = storable(
+            StatusCode::OK,
+            &headers(&[("cache-control", "max-age=60"), ("age", "50")]),
+            now(),
+        )
+        .unwrap();
+        assert_eq!(f.initial_age, Duration::from_secs(50));
+        assert!(!f.is_fresh(now(), now() + Duration::from_secs(10)));
+        assert_eq!(
+            storable(
+                StatusCode::OK,
+                &headers(&[("cache-control", "max-age=60"), ("age", "60")]),
+                now()
+            ),
+            Err(NotStored::NoFreshness)
+        );
+    }
+
+    #[test]
+    fn expires_relative_to_date() {
+        let date = httpdate::fmt_http_date(now());
+        let expires = httpdate::fmt_http_date(now() + Duration::from_secs(30));
+        let f = storable(
+            StatusCode::OK,
+            &headers(&[("date", &date), ("expires", &expires)]),
+            now(),
+        )
+        .unwrap();
+        assert_eq!(f.lifetime, Duration::from_secs(30));
+        assert_eq!(
+            storable(StatusCode::OK, &headers(&[("expires", "0")]), now()),
+            Err(NotStored::NoFreshness)
+        );
+    }
+
+    #[test]
+    fn refusals() {
+        let cases: &[(&[(&'static str, &str)], NotStored)] = &[
+            (
+                &[("cache-control", "no-store, max-age=60")],
+                NotStored::NoStore,
+            ),
+            (
+                &[("cache-control", "private, max-age=60")],
+                NotStored::Private,
+            ),
+            (
+                &[("cache-control", "no-cache, max-age=60")],
+                NotStored::NoCache,
+            ),
+            (
+                &[("cache-control", "max-age=60"), ("set-cookie", "a=b")],
+                NotStored::SetCookie,
+            ),
+            (
+                &[
+                    ("cache-control", "max-age=60"),
+                    ("vary", "Accept-Encoding, Cookie"),
+                ],
+                NotStored::Vary,
+            ),
+            (
+                &[("cache-control", "max-age=60"), ("vary", "*")],
+                NotStored::Vary,
+            ),
+            (
+                &[("cache-control", "max-age=abc")],
+                NotStored::InvalidDirective,
+            ),
+            (&[], NotStored::NoFreshness),
+        ];
+        for (pairs, expected) in cases {
+            assert_eq!(
+                storable(StatusCode::OK, &headers(pairs), now()),
+                Err(*expected),
+                "{pairs:?}"
+            );
+        }
+        assert_eq!(
+            storable(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &headers(&[("cache-control", "max-age=60")]),
+                now()
+            ),
+            Err(NotStored::Status)
+        );
+        assert!(
+            storable(
+                StatusCode::OK,
+                &headers(&[("cache-control", "max-age=60"), ("vary", "accept-encoding")]),
+                now()
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn coding_classes() {
+        assert_eq!(
+            Coding::of(&headers(&[("accept-encoding", "gzip, deflate, br")])),
+            Coding::Br
+        );
+        assert_eq!(
+            Coding::of(&headers(&[("accept-encoding", "gzip;q=0.5, br;q=0")])),
+            Coding::Gzip
+        );
+        assert_eq!(Coding::of(&headers(&[])), Coding::Identity);
+    }
+
+    #[test]
+    fn requests_with_credentials_pass() {
+        assert!(request_is_cacheable(&Method::GET, &HeaderMap::new()));
+        assert!(!request_is_cacheable(&Method::POST, &HeaderMap::new()));
+        assert!(!request_is_cacheable(
+            &Method::GET,
+            &headers(&[("authorization", "Basic x")])
+        ));
+    }
+}

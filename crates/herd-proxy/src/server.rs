@@ -1,0 +1,832 @@
+//! The request handler and the accept loop: routes each request to metrics, purge, the cache or
+//! a pass to the origin, and turns a stored object into a response whose framing makes any
+//! truncation visible.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::request::Parts;
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use stream_cache::{
+    AbortReason, BodyError, BodyReader, BodyStream, BodyWriter, ByteRange, CacheKey, FillError,
+    HttpBody, ObjectMeta, StreamCache, Upstream, WriteState,
+};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+use crate::meta::StoredHead;
+use crate::metrics::Metrics;
+use crate::policy::{self, Coding};
+use crate::range::{self, Resolved};
+use crate::upstream::{FetchError, Origin, UpBody};
+use crate::{Config, ConfigError, SharedStorage};
+
+/// A response body the proxy sends (errors end the response visibly).
+pub(crate) type RespBody = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+const PURGE_TOKEN_HEADER: &str = "x-purge-token";
+const CACHE_STATUS_HEADER: &str = "x-cache";
+
+/// Headers that describe one connection, never forwarded or stored (RFC 9110 section 7.6.1).
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TRANSFER_ENCODING,
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+];
+
+/// Request headers not forwarded on a fill: the stored object is the whole, unconditional 200.
+const FILL_DROPPED: [HeaderName; 6] = [
+    header::RANGE,
+    header::IF_RANGE,
+    header::IF_MATCH,
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_UNMODIFIED_SINCE,
+];
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+}
+
+fn full(status: StatusCode, text: &'static str) -> Response<RespBody> {
+    let mut response = Response::new(
+        Full::new(Bytes::from_static(text.as_bytes()))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    response
+}
+
+fn empty_body() -> RespBody {
+    Empty::new().map_err(|never| match never {}).boxed_unsync()
+}
+
+/// How a stored response was found, for the `X-Cache` header.
+#[derive(Clone, Copy)]
+enum Found {
+    Hit,
+    Miss,
+    Coalesced,
+    Stale,
+}
+
+impl Found {
+    fn header(self) -> HeaderValue {
+        HeaderValue::from_static(match self {
+            Found::Hit => "HIT",
+            Found::Miss => "MISS",
+            Found::Coalesced => "MISS-COALESCED",
+            Found::Stale => "STALE",
+        })
+    }
+}
+
+/// A caching reverse proxy over one origin. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    cache: StreamCache<SharedStorage>,
+    /// One refresh of a stale object per key at a time: concurrent requests that all saw it
+    /// stale share one origin fetch.
+    refresh: coalesce::Group<CacheKey, (), FetchError>,
+    origin: Origin,
+    metrics: Arc<Metrics>,
+}
+
+impl Proxy {
+    /// A proxy caching in `storage`.
+    pub fn new(config: Config, storage: SharedStorage) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let metrics = Arc::new(Metrics::default());
+        let origin = Origin::new(
+            config.connect_timeout,
+            config.response_timeout,
+            config.body_idle_timeout,
+            Arc::clone(&metrics),
+        );
+        let cache = stream_cache::StreamCacheBuilder::new()
+            .max_body_size(config.max_object_size)
+            .build(storage);
+        Ok(Proxy {
+            inner: Arc::new(Inner {
+                config,
+                cache,
+                refresh: coalesce::Group::new(),
+                origin,
+                metrics,
+            }),
+        })
+    }
+
+    /// The proxy's counters.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.inner.metrics)
+    }
+
+    /// Accept connections on `listener` until the returned future is dropped. Each connection
+    /// runs on its own task (and keeps running if this future is dropped).
+    ///
+    /// Cancel safety: dropping the future stops accepting; nothing else changes.
+    pub async fn serve(self, listener: TcpListener) {
+        self.inner.config.clock.start();
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let inner = Arc::clone(&self.inner);
+            tokio::spawn(async move {
+                let config = &inner.config;
+                // HTTP/1.x, or HTTP/2 with prior knowledge (h2c); an aborted body then ends its
+                // stream with RST_STREAM instead of a missing chunk.
+                let mut builder = auto::Builder::new(TokioExecutor::new());
+                builder
+                    .http1()
+                    .max_buf_size(config.max_header_bytes)
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(config.client_header_timeout);
+                builder
+                    .http2()
+                    .max_header_list_size(
+                        u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX),
+                    )
+                    .timer(TokioTimer::new());
+                let service = service_fn({
+                    let inner = Arc::clone(&inner);
+                    move |request| {
+                        let inner = Arc::clone(&inner);
+                        async move { Ok::<_, Infallible>(inner.handle(request).await) }
+                    }
+                });
+                if let Err(error) = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await
+                {
+                    tracing::debug!(%peer, %error, "client connection ended with an error");
+                }
+            });
+        }
+    }
+}
+
+impl Inner {
+    async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<RespBody> {
+        let start = Instant::now();
+        let response = self.route(request).await;
+        self.metrics.ttfb.observe(start.elapsed());
+        response
+    }
+
+    async fn route(self: &Arc<Self>, request: Request<Incoming>) -> Response<RespBody> {
+        if request.uri().path() == self.config.metrics_path && request.method() == Method::GET {
+            let mut response = Response::new(
+                Full::new(Bytes::from(self.metrics.render()))
+                    .map_err(|never| match never {})
+                    .boxed_unsync(),
+            );
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            return response;
+        }
+        let (parts, body) = request.into_parts();
+        let Some(authority) = authority(&parts) else {
+            self.metrics.bad_requests.inc();
+            return full(StatusCode::BAD_REQUEST, "missing or invalid Host\n");
+        };
+        let path = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |pq| pq.as_str())
+            .to_owned();
+        if parts.method.as_str() == "PURGE" {
+            return self.purge(&parts, &authority, &path).await;
+        }
+        if !policy::request_is_cacheable(&parts.method, &parts.headers) {
+            self.metrics.passes.inc();
+            return self.pass(parts, body.boxed()).await;
+        }
+        self.cached(parts, &authority, &path).await
+    }
+
+    /// `PURGE`: every stored variant of the URL.
+    async fn purge(&self, parts: &Parts, authority: &str, path: &str) -> Response<RespBody> {
+        let allowed = match (
+            &self.config.purge_token,
+            parts.headers.get(PURGE_TOKEN_HEADER),
+        ) {
+            (Some(token), Some(given)) => token.as_bytes() == given.as_bytes(),
+            _ => false,
+        };
+        if !allowed {
+            self.metrics.purges_refused.inc();
+            return full(StatusCode::FORBIDDEN, "purge refused\n");
+        }
+        self.metrics.purges.inc();
+        let mut removed = 0usize;
+        for method in [Method::GET, Method::HEAD] {
+            for coding in Coding::ALL {
+                let key = policy::cache_key(&method, authority, path, coding);
+                match self.cache.purge(key).await {
+                    Ok(true) => removed += 1,
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, path, "purge failed");
+                        return full(StatusCode::INTERNAL_SERVER_ERROR, "purge failed\n");
+                    }
+                }
+            }
+        }
+        tracing::info!(authority, path, removed, "purged");
+        if removed > 0 {
+            full(StatusCode::OK, "purged\n")
+        } else {
+            full(StatusCode::NOT_FOUND, "not cached\n")
+        }
+    }
+
+    /// A cacheable `GET`/`HEAD`.
+    async fn cached(
+        self: &Arc<Self>,
+        parts: Parts,
+        authority: &str,
+        path: &str,
+    ) -> Response<RespBody> {
+        let coding = Coding::of(&parts.headers);
+        let key: CacheKey = policy::cache_key(&parts.method, authority, path, coding).into();
+        let now = self.config.clock.now();
+        if parts.method == Method::HEAD {
+            // A fresh GET object answers a HEAD too.
+            let get_key = policy::cache_key(&Method::GET, authority, path, coding);
+            if let Ok(Some(hit)) = self.cache.lookup(get_key).await
+                && let Ok(head) = StoredHead::decode(&hit.meta.user)
+                && head.freshness.is_fresh(head.received, now)
+            {
+                self.metrics.hits.inc();
+                return self
+                    .respond(&parts, head, hit.meta, hit.body, Found::Hit)
+                    .await;
+            }
+        }
+        match self.cache.lookup(key.clone()).await {
+            Ok(Some(hit)) => match StoredHead::decode(&hit.meta.user) {
+                Ok(head) if head.freshness.is_fresh(head.received, now) => {
+                    self.metrics.hits.inc();
+                    return self
+                        .respond(&parts, head, hit.meta, hit.body, Found::Hit)
+                        .await;
+                }
+                Ok(head) => {
+                    if head
+                        .freshness
+                        .may_serve_while_revalidating(head.received, now)
+                    {
+                        // stale-while-revalidate: this client gets the stale object now; one
+                        // background refresh (coalesced per key) replaces it.
+                        let (this, parts2, key2) =
+                            (Arc::clone(self), clone_parts(&parts), key.clone());
+                        tokio::spawn(async move {
+                            if let Err(error) = this.refresh(&parts2, &key2, coding).await {
+                                tracing::warn!(%error, key = ?key2, "background refresh failed");
+                            }
+                        });
+                        self.metrics.stale_served.inc();
+                        return self
+                            .respond(&parts, head, hit.meta, hit.body, Found::Stale)
+                            .await;
+                    }
+                    if let Err(error) = self.refresh(&parts, &key, coding).await {
+                        if head
+                            .freshness
+                            .may_serve_on_error(head.received, self.config.clock.now())
+                        {
+                            tracing::warn!(%error, ?key, "origin failed; serving stale (stale-if-error)");
+                            self.metrics.stale_served.inc();
+                            return self
+                                .respond(&parts, head, hit.meta, hit.body, Found::Stale)
+                                .await;
+                        }
+                        return flight_error_response(&error);
+                    }
+                    // Refreshed: the lookup in the fill path finds the new object.
+                    drop(hit);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, ?key, "passing a request whose stored meta is unreadable");
+                    self.metrics.passes.inc();
+                    return self.pass(parts, empty_up_body()).await;
+                }
+            },
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(%error, ?key, "storage lookup failed; passing");
+                self.metrics.passes.inc();
+                return self.pass(parts, empty_up_body()).await;
+            }
+        }
+        self.fill(parts, key, coding).await
+    }
+
+    /// Replace the stale object of `key` with a new fetch, one refresh per key at a time (so a
+    /// request that saw the old object late does not fetch again). The stale object stays
+    /// visible until the origin's new head arrives; then the new body is written in its place
+    /// (readers already attached to the old one finish it) and streams to whoever comes next.
+    /// An origin failure leaves the stale object in place (for `stale-if-error`) and is
+    /// returned; a new answer that may not be stored removes it.
+    ///
+    /// Cancel safety: dropped while waiting for another request's refresh, nothing changes;
+    /// dropped while leading it, the lead passes to a waiting request (coalesce's guard), and
+    /// the origin request is dropped. Once the write has begun the body is pumped by its own
+    /// task, before the next await.
+    async fn refresh(
+        &self,
+        parts: &Parts,
+        key: &CacheKey,
+        coding: Coding,
+    ) -> Result<(), coalesce::FlightError<FetchError>> {
+        self.refresh
+            .run(key.clone(), || async {
+                if let Ok(Some(hit)) = self.cache.lookup(key.clone()).await
+                    && let Ok(head) = StoredHead::decode(&hit.meta.user)
+                    && head
+                        .freshness
+                        .is_fresh(head.received, self.config.clock.now())
+                {
+                    return Ok(()); // refreshed by an earlier flight
+                }
+                let response = self.origin.fetch(self.fill_request(parts, coding)).await?;
+                let upstream = match self.to_upstream(&parts.method, response) {
+                    Ok(upstream) => upstream,
+                    Err((_response, why)) => {
+                        // The origin's new answer may not be shared: neither may the old one be.
+                        tracing::debug!(?why, ?key, "refreshed response not stored");
+                        let _ = self.cache.purge(key.clone()).await;
+                        return Ok(());
+                    }
+                };
+                match self.cache.storage().begin_write(key, upstream.meta).await {
+                    Ok(writer) => {
+                        self.metrics.stale_refreshes.inc();
+                        tokio::spawn(pump(writer, upstream.body, self.config.max_object_size));
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, ?key, "storing a refreshed response failed");
+                        let _ = self.cache.purge(key.clone()).await;
+                    }
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    /// An origin response as what to store, or back with the reason it may not be stored.
+    #[allow(clippy::result_large_err)] // the error hands the response back, by design
+    fn to_upstream(
+        &self,
+        method: &Method,
+        response: Response<Incoming>,
+    ) -> Result<Upstream<FetchError>, (Response<Incoming>, policy::NotStored)> {
+        let received = self.config.clock.now();
+        let declared = content_length(response.headers());
+        let verdict = policy::storable(response.status(), response.headers(), received).and_then(
+            |freshness| match declared {
+                Some(len) if len > self.config.max_object_size => Err(policy::NotStored::TooLarge),
+                _ => Ok(freshness),
+            },
+        );
+        let freshness = match verdict {
+            Ok(freshness) => freshness,
+            Err(why) => return Err((response, why)),
+        };
+        let (head, body) = response.into_parts();
+        let mut headers = head.headers;
+        strip_hop_by_hop(&mut headers);
+        let stored = StoredHead {
+            status: head.status,
+            headers,
+            received,
+            freshness,
+        };
+        let mut meta = ObjectMeta::new(stored.encode());
+        let has_body = method != Method::HEAD && !matches!(head.status.as_u16(), 204 | 304);
+        let body = if has_body {
+            if let Some(len) = declared {
+                meta = meta.with_len(len);
+            }
+            self.origin.body_stream(body)
+        } else {
+            drop(body);
+            futures::stream::empty().boxed()
+        };
+        Ok(Upstream::new(meta, body))
+    }
+
+    /// A miss: join (or lead) the fill of `key`.
+    async fn fill(
+        self: &Arc<Self>,
+        parts: Parts,
+        key: CacheKey,
+        coding: Coding,
+    ) -> Response<RespBody> {
+        let led = AtomicBool::new(false);
+        // The response the leader got when it may not be shared; only the leader reads it.
+        let unshared = parking_lot::Mutex::new(None::<Response<Incoming>>);
+        let request = self.fill_request(&parts, coding);
+        let result = self
+            .cache
+            .get_or_fill(key, || async {
+                led.store(true, Ordering::Relaxed);
+                let response = self.origin.fetch(request).await?;
+                match self.to_upstream(&parts.method, response) {
+                    Ok(upstream) => Ok(upstream),
+                    Err((response, why)) => {
+                        tracing::debug!(?why, status = %response.status(), "response not stored");
+                        *unshared.lock() = Some(response);
+                        Err(FetchError::Uncacheable)
+                    }
+                }
+            })
+            .await;
+        let led = led.load(Ordering::Relaxed);
+        match result {
+            Ok(hit) => {
+                let found = if led {
+                    self.metrics.misses.inc();
+                    Found::Miss
+                } else {
+                    // Either coalesced on another fill, or found its object just published.
+                    self.metrics.coalesced.inc();
+                    Found::Coalesced
+                };
+                match StoredHead::decode(&hit.meta.user) {
+                    Ok(head) => self.respond(&parts, head, hit.meta, hit.body, found).await,
+                    Err(_) => full(StatusCode::BAD_GATEWAY, "stored response unreadable\n"),
+                }
+            }
+            Err(FillError::Upstream(error)) => match error.downcast_ref::<FetchError>() {
+                Some(FetchError::Uncacheable) => {
+                    self.metrics.passes.inc();
+                    let taken = unshared.lock().take();
+                    match taken {
+                        Some(response) => self.relay(&parts, response).await,
+                        // A coalesced caller: the response was not shareable, fetch our own.
+                        None => self.pass(parts, empty_up_body()).await,
+                    }
+                }
+                Some(FetchError::Timeout(_)) => {
+                    full(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n")
+                }
+                _ => {
+                    tracing::warn!(%error, "origin fetch failed");
+                    full(StatusCode::BAD_GATEWAY, "origin unreachable\n")
+                }
+            },
+            Err(FillError::WaitTimedOut) => full(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n"),
+            Err(error) => {
+                tracing::warn!(%error, "fill failed");
+                full(StatusCode::BAD_GATEWAY, "fill failed\n")
+            }
+        }
+    }
+
+    /// The request a fill sends: the client's end-to-end headers minus conditionals and
+    /// `Range`, with the coding class as `Accept-Encoding`.
+    fn fill_request(&self, parts: &Parts, coding: Coding) -> Request<UpBody> {
+        let mut request = self.upstream_request(parts, empty_up_body());
+        for name in &FILL_DROPPED {
+            request.headers_mut().remove(name);
+        }
+        request.headers_mut().insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static(coding.header_value()),
+        );
+        request
+    }
+
+    fn upstream_request(&self, parts: &Parts, body: UpBody) -> Request<UpBody> {
+        let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        // Validated at startup (host:port) and path comes from a parsed URI.
+        let uri: Uri = format!("http://{}{}", self.config.upstream, path)
+            .parse()
+            .unwrap_or_else(|_| Uri::from_static("/"));
+        let mut request = Request::new(body);
+        *request.method_mut() = parts.method.clone();
+        *request.uri_mut() = uri;
+        *request.headers_mut() = parts.headers.clone();
+        strip_hop_by_hop(request.headers_mut());
+        request
+    }
+
+    /// Send the request to the origin uncached and relay the answer.
+    async fn pass(&self, parts: Parts, body: UpBody) -> Response<RespBody> {
+        let request = self.upstream_request(&parts, body);
+        match self.origin.fetch(request).await {
+            Ok(response) => self.relay(&parts, response).await,
+            Err(FetchError::Timeout(_)) => full(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n"),
+            Err(error) => {
+                tracing::warn!(%error, "origin request failed");
+                full(StatusCode::BAD_GATEWAY, "origin unreachable\n")
+            }
+        }
+    }
+
+    /// Relay an origin response without storing it. Its body errors end the client's response
+    /// visibly; for an HTTP/1.0 client a body of unknown length is buffered (up to the object
+    /// size limit) so a truncation is a 502, not a short body.
+    async fn relay(&self, parts: &Parts, response: Response<Incoming>) -> Response<RespBody> {
+        let (mut head, body) = response.into_parts();
+        strip_hop_by_hop(&mut head.headers);
+        let length_known = head.headers.contains_key(header::CONTENT_LENGTH);
+        if parts.version <= Version::HTTP_10 && !length_known && parts.method != Method::HEAD {
+            let limit = usize::try_from(self.config.max_object_size).unwrap_or(usize::MAX);
+            let collected = http_body_util::Limited::new(body, limit).collect().await;
+            return match collected {
+                Ok(collected) => {
+                    let bytes = collected.to_bytes();
+                    head.headers
+                        .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+                    Response::from_parts(
+                        head,
+                        Full::new(bytes)
+                            .map_err(|never| match never {})
+                            .boxed_unsync(),
+                    )
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "origin body failed before an HTTP/1.0 client got it");
+                    full(StatusCode::BAD_GATEWAY, "origin body failed\n")
+                }
+            };
+        }
+        let metrics = Arc::clone(&self.metrics);
+        let body = body
+            .map_frame(move |frame| {
+                if let Some(data) = frame.data_ref() {
+                    metrics.client_bytes.add(data.len() as u64);
+                }
+                frame
+            })
+            .map_err(|error| Box::new(error) as Box<dyn std::error::Error + Send + Sync>)
+            .boxed_unsync();
+        Response::from_parts(head, body)
+    }
+
+    /// Build the response for a stored (or arriving) object.
+    async fn respond(
+        &self,
+        parts: &Parts,
+        head: StoredHead,
+        meta: ObjectMeta,
+        mut reader: Box<dyn BodyReader>,
+        found: Found,
+    ) -> Response<RespBody> {
+        let now = self.config.clock.now();
+        let mut headers = head.headers;
+        let age = head.freshness.current_age(head.received, now).as_secs();
+        headers.insert(header::AGE, HeaderValue::from(age));
+        headers.insert(CACHE_STATUS_HEADER, found.header());
+        let mut response = Response::new(empty_body());
+        *response.status_mut() = head.status;
+        if parts.method == Method::HEAD || matches!(head.status.as_u16(), 204 | 304) {
+            *response.headers_mut() = headers;
+            return response;
+        }
+        let known_len = meta.expected_len.or(match reader.state() {
+            WriteState::Complete(len) => Some(len),
+            _ => None,
+        });
+        if head.status == StatusCode::OK
+            && let Some(spec) = parts
+                .headers
+                .get(header::RANGE)
+                .and_then(|v| range::parse(v.as_bytes()))
+            && let Some(len) = known_len
+        {
+            match spec.resolve(len) {
+                Resolved::NotSatisfiable => {
+                    headers.remove(header::CONTENT_LENGTH);
+                    headers.insert(
+                        header::CONTENT_RANGE,
+                        HeaderValue::from_str(&format!("bytes */{len}"))
+                            .unwrap_or(HeaderValue::from_static("bytes */*")),
+                    );
+                    *response.headers_mut() = headers;
+                    *response.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
+                    return response;
+                }
+                Resolved::Partial { start, end } => {
+                    if let Err(error) = reader.seek(ByteRange::new(start, Some(end))).await {
+                        return self.failed_before_head(error);
+                    }
+                    let content_range = format!("bytes {start}-{}/{len}", end - 1);
+                    if let Ok(value) = HeaderValue::from_str(&content_range) {
+                        headers.insert(header::CONTENT_RANGE, value);
+                    }
+                    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(end - start));
+                    *response.headers_mut() = headers;
+                    *response.status_mut() = StatusCode::PARTIAL_CONTENT;
+                    *response.body_mut() =
+                        self.client_body(HttpBody::new(reader).with_exact_len(end - start));
+                    return response;
+                }
+            }
+        }
+        match known_len {
+            Some(len) => {
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+                *response.body_mut() = self.client_body(HttpBody::new(reader).with_exact_len(len));
+            }
+            None if parts.version <= Version::HTTP_10 => {
+                // HTTP/1.0 has no chunked framing: a connection close is its only end of body,
+                // so a truncation would look complete. Send the body only once complete.
+                let mut body = Vec::new();
+                let mut stream = BodyStream::new(reader);
+                while let Some(chunk) = stream.next().await {
+                    match chunk {
+                        Ok(chunk) => body.extend_from_slice(&chunk),
+                        Err(error) => return self.failed_before_head(error),
+                    }
+                }
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+                self.metrics.client_bytes.add(body.len() as u64);
+                *response.body_mut() = Full::new(Bytes::from(body))
+                    .map_err(|never| match never {})
+                    .boxed_unsync();
+            }
+            None => {
+                headers.remove(header::CONTENT_LENGTH);
+                *response.body_mut() = self.client_body(HttpBody::new(reader));
+            }
+        }
+        *response.headers_mut() = headers;
+        response
+    }
+
+    /// A stored body failed before any of it was sent: the client gets a status, not a body.
+    fn failed_before_head(&self, error: BodyError) -> Response<RespBody> {
+        match error {
+            BodyError::Aborted(reason) => {
+                self.metrics.abort(reason.kind());
+                tracing::debug!(%reason, "body aborted before the response head");
+                full(StatusCode::BAD_GATEWAY, "origin body failed\n")
+            }
+            BodyError::RangeNotSatisfiable { .. } | BodyError::InvalidRange { .. } => {
+                full(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable\n")
+            }
+            other => {
+                self.metrics.body_errors.inc();
+                tracing::warn!(error = %other, "body failed before the response head");
+                full(StatusCode::BAD_GATEWAY, "body failed\n")
+            }
+        }
+    }
+
+    /// A stored body as the client's response body, counting bytes and aborts.
+    fn client_body(&self, body: HttpBody) -> RespBody {
+        let bytes = Arc::clone(&self.metrics);
+        let errors = Arc::clone(&self.metrics);
+        body.map_frame(move |frame| {
+            if let Some(data) = frame.data_ref() {
+                bytes.client_bytes.add(data.len() as u64);
+            }
+            frame
+        })
+        .map_err(move |error| {
+            match &error {
+                BodyError::Aborted(reason) => {
+                    errors.abort(reason.kind());
+                    tracing::debug!(%reason, "client body ends in an error: the write was aborted");
+                }
+                other => {
+                    errors.body_errors.inc();
+                    tracing::warn!(error = %other, "client body ends in an error");
+                }
+            }
+            Box::new(error) as Box<dyn std::error::Error + Send + Sync>
+        })
+        .boxed_unsync()
+    }
+}
+
+/// Copy an origin body into a writer (a refresh's body). Runs on its own task; if the task is
+/// dropped (runtime shutdown) the writer's drop aborts the write, so no reader sees a clean end.
+async fn pump(
+    mut writer: Box<dyn BodyWriter>,
+    mut body: BoxStream<'static, Result<Bytes, FetchError>>,
+    limit: u64,
+) {
+    let mut written = 0u64;
+    while let Some(item) = body.next().await {
+        match item {
+            Ok(chunk) => {
+                written += chunk.len() as u64;
+                if written > limit {
+                    writer.abort(AbortReason::TooLarge { limit });
+                    return;
+                }
+                // A failed write is an aborted one (purged, say): its readers already know why.
+                if writer.write(chunk).await.is_err() {
+                    return;
+                }
+            }
+            Err(error) => {
+                writer.abort(AbortReason::upstream(error));
+                return;
+            }
+        }
+    }
+    if let Err(error) = writer.finish().await {
+        tracing::debug!(%error, "refreshed body did not complete");
+    }
+}
+
+/// The status for a refresh that failed.
+fn flight_error_response(error: &coalesce::FlightError<FetchError>) -> Response<RespBody> {
+    match error.fill_error().map(|e| &**e) {
+        Some(FetchError::Timeout(_)) | None => {
+            full(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n")
+        }
+        Some(_) => full(StatusCode::BAD_GATEWAY, "origin unreachable\n"),
+    }
+}
+
+/// A copy of a request head (`Parts` is not `Clone` because of its extensions, unused here).
+fn clone_parts(parts: &Parts) -> Parts {
+    let mut request = Request::new(());
+    *request.method_mut() = parts.method.clone();
+    *request.uri_mut() = parts.uri.clone();
+    *request.version_mut() = parts.version;
+    *request.headers_mut() = parts.headers.clone();
+    request.into_parts().0
+}
+
+fn empty_up_body() -> UpBody {
+    Empty::new().map_err(|never| match never {}).boxed()
+}
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The request's authority: `Host`, else the absolute URI's; `None` when missing (HTTP/1.1
+/// requires one) or not a valid authority.
+fn authority(parts: &Parts) -> Option<String> {
+    let from_host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.parse::<http::uri::Authority>().ok())
+        .map(|a| a.as_str().to_owned());
+    match from_host.or_else(|| parts.uri.authority().map(|a| a.as_str().to_owned())) {
+        Some(authority) => Some(authority),
+        // HTTP/1.0 predates Host: such clients share one keyspace.
+        None if parts.version <= Version::HTTP_10 => Some(String::new()),
+        None => None,
+    }
+}

@@ -1,0 +1,210 @@
+//! Talking to the origin: the pooled hyper client, the response timeout (504) and connection
+//! failures (502), and the origin body as a stream with an idle timeout.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use http_body_util::combinators::BoxBody;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::metrics::Metrics;
+
+/// A request body sent upstream (empty for fills, the client's for passes).
+pub(crate) type UpBody = BoxBody<Bytes, hyper::Error>;
+
+/// Why an origin request or body failed. Shared (behind an `Arc`) with every caller coalesced
+/// on the fill, so it says what the proxy answers.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FetchError {
+    /// Could not connect, or the connection broke before a response head (502).
+    #[error("origin unreachable or broke before answering: {0}")]
+    Unreachable(#[source] hyper_util::client::legacy::Error),
+    /// No response head within the response timeout (504).
+    #[error("origin did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The response may not be shared; the leader serves it alone and every coalesced caller
+    /// fetches its own (Varnish's hit-for-pass).
+    #[error("the response may not be stored")]
+    Uncacheable,
+    /// The origin body failed mid-way.
+    #[error("origin body failed: {0}")]
+    Body(#[source] hyper::Error),
+    /// No body bytes within the idle timeout.
+    #[error("origin body stalled for {0:?}")]
+    BodyIdle(Duration),
+}
+
+/// The origin client.
+#[derive(Clone)]
+pub(crate) struct Origin {
+    client: Client<HttpConnector, UpBody>,
+    response_timeout: Duration,
+    body_idle_timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl Origin {
+    pub(crate) fn new(
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        body_idle_timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        Origin {
+            client,
+            response_timeout,
+            body_idle_timeout,
+            metrics,
+        }
+    }
+
+    /// Send `request` and wait for the response head.
+    ///
+    /// Cancel safety: dropping the future drops the request (hyper closes or pools the
+    /// connection); nothing else is shared.
+    pub(crate) async fn fetch(
+        &self,
+        request: Request<UpBody>,
+    ) -> Result<Response<Incoming>, FetchError> {
+        self.metrics.upstream_fetches.inc();
+        match tokio::time::timeout(self.response_timeout, self.client.request(request)).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(error)) => {
+                self.metrics.upstream_errors.inc();
+                Err(FetchError::Unreachable(error))
+            }
+            Err(_elapsed) => {
+                self.metrics.upstream_timeouts.inc();
+                Err(FetchError::Timeout(self.response_timeout))
+            }
+        }
+    }
+
+    /// The origin body as a stream of data chunks: trailers dropped, an error or an idle gap
+    /// longer than the idle timeout ends it with an error. Counts bytes and, while it lives,
+    /// one fill in flight.
+    pub(crate) fn body_stream(
+        &self,
+        body: Incoming,
+    ) -> BoxStream<'static, Result<Bytes, FetchError>> {
+        struct InFlight(Arc<Metrics>);
+        impl Drop for InFlight {
+            fn drop(&mut self) {
+                self.0.fills_in_flight.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.metrics.fills_in_flight.fetch_add(1, Ordering::Relaxed);
+        let guard = InFlight(Arc::clone(&self.metrics));
+        let idle = self.body_idle_timeout;
+        let data = body.into_data_stream();
+        futures::stream::unfold(Some((data, guard)), move |state| async move {
+            let (mut data, guard) = state?;
+            match tokio::time::timeout(idle, data.next()).await {
+                Err(_elapsed) => {
+                    tracing::warn!(?idle, "origin body stalled; the stored body is aborted");
+                    Some((Err(FetchError::BodyIdle(idle)), None))
+                }
+                Ok(None) => None,
+                Ok(Some(Err(error))) => {
+                    tracing::warn!(%error, "origin body failed; the stored body is aborted");
+                    Some((Err(FetchError::Body(error)), None))
+                }
+                Ok(Some(Ok(chunk))) => {
+                    guard.0.upstream_bytes.add(chunk.len() as u64);
+                    Some((Ok(chunk), Some((data, guard))))
+                }
+            }
+        })
+        // Chunks already read are stored as one: fewer, larger chunks make every later hit
+        // cheaper (one read and one write per chunk), and nothing waits for more bytes.
+        .ready_chunks(READY_CHUNKS)
+        .flat_map(|batch| futures::stream::iter(coalesce_batch(batch)))
+        .boxed()
+    }
+}
+
+/// How many already-arrived origin chunks are merged into one stored chunk at most.
+const READY_CHUNKS: usize = 64;
+
+/// Merge a batch of chunks that were ready together into one freshly allocated chunk (an error
+/// ends the batch after the bytes before it). The copy matters even for a batch of one: hyper's
+/// chunks are slices of its read buffer, and storing one would pin that whole buffer (8 KiB or
+/// more) for as long as the object is cached.
+fn coalesce_batch(batch: Vec<Result<Bytes, FetchError>>) -> Vec<Result<Bytes, FetchError>> {
+    let len: usize = batch
+        .iter()
+        .map(|item| item.as_ref().map_or(0, Bytes::len))
+        .sum();
+    let mut merged = Vec::with_capacity(len);
+    let mut out = Vec::with_capacity(2);
+    for item in batch {
+        match item {
+            Ok(chunk) => merged.extend_from_slice(&chunk),
+            Err(error) => {
+                if !merged.is_empty() {
+                    out.push(Ok(Bytes::from(std::mem::take(&mut merged))));
+                }
+                out.push(Err(error));
+                return out;
+            }
+        }
+    }
+    if !merged.is_empty() {
+        out.push(Ok(Bytes::from(merged)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_merge_and_keep_the_error_last() {
+        let merged = coalesce_batch(vec![
+            Ok(Bytes::from_static(b"ab")),
+            Ok(Bytes::from_static(b"cd")),
+        ]);
+        assert_eq!(merged.len(), 1);
+        assert_eq!(merged[0].as_ref().unwrap(), "abcd");
+        let failed = coalesce_batch(vec![
+            Ok(Bytes::from_static(b"ab")),
+            Err(FetchError::BodyIdle(Duration::from_secs(1))),
+        ]);
+        assert_eq!(failed.len(), 2);
+        assert_eq!(failed[0].as_ref().unwrap(), "ab");
+        assert!(matches!(failed[1], Err(FetchError::BodyIdle(_))));
+        assert!(coalesce_batch(vec![]).is_empty());
+    }
+
+    /// A stored chunk must not be a slice of the origin's read buffer (that pinned 8 KiB+ per
+    /// cached 1 KiB object: 6.6 KB of RSS per object before, 1.8 KB after, compare/run.sh).
+    #[test]
+    fn a_stored_chunk_does_not_share_the_read_buffer() {
+        let read_buffer = Bytes::from(vec![7u8; 8192]);
+        let slice = read_buffer.slice(100..200);
+        let stored = coalesce_batch(vec![Ok(slice)]);
+        let stored = stored[0].as_ref().unwrap();
+        assert_eq!(stored.len(), 100);
+        let buffer = read_buffer.as_ptr_range();
+        assert!(
+            !buffer.contains(&stored.as_ptr()),
+            "the stored chunk points into the read buffer"
+        );
+    }
+}

@@ -1,0 +1,663 @@
+//! End-to-end behaviour on real sockets: coalescing (200 clients, one fetch), client hang-ups,
+//! purge, caching rules, ranges, 502/504 and bad input. Bounded waits are hang guards only.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::Request;
+use http_body_util::{BodyExt, Empty};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn whole(len: usize, extra: &'static str) -> impl Fn(usize, &str) -> Vec<Step> {
+    move |_, _| vec![Step::Send(head_len(len, extra)), Step::Send(body_of(len))]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_clients_on_a_cold_url_make_one_origin_fetch() {
+    let gate = Gate::new();
+    let origin = Origin::start({
+        let gate = gate.clone();
+        move |_, _| {
+            let body = body_of(64 * 1024);
+            vec![
+                Step::Wait(gate.clone()),
+                Step::Send(head_len(body.len(), "")),
+                Step::Send(body.slice(..10_000)),
+                Step::Sleep(Duration::from_millis(10)),
+                Step::Send(body.slice(10_000..)),
+            ]
+        }
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let clients: Vec<_> = (0..200)
+        .map(|_| {
+            tokio::spawn(async move {
+                let response = get_simple(proxy, "/cold").await;
+                assert_eq!(response.status(), 200);
+                read_body(response).await.expect("complete body")
+            })
+        })
+        .collect();
+    until("the fill reached the origin", || origin.requests() == 1).await;
+    gate.open();
+    for client in clients {
+        assert_eq!(client.await.unwrap(), body_of(64 * 1024));
+    }
+    assert_eq!(origin.requests(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_mid_body_does_not_stop_the_fill() {
+    let gate = Gate::new();
+    let origin = Origin::start({
+        let gate = gate.clone();
+        move |_, _| {
+            let body = body_of(50_000);
+            vec![
+                Step::Send(head_len(body.len(), "")),
+                Step::Send(body.slice(..20_000)),
+                Step::Wait(gate.clone()),
+                Step::Send(body.slice(20_000..)),
+            ]
+        }
+    })
+    .await;
+    let (proxy_addr, proxy) = proxy(origin.addr, |_| {}).await;
+    let response = get_simple(proxy_addr, "/big").await;
+    let mut body = response.into_body();
+    read_prefix(&mut body, 20_000).await;
+    drop(body); // the client hangs up mid-body
+    gate.open();
+    let metrics = proxy.metrics();
+    // The next client gets the whole body from the same fill (a hit, partial or complete).
+    let next = get_simple(proxy_addr, "/big").await;
+    assert_eq!(next.headers()["x-cache"], "HIT");
+    assert_eq!(read_body(next).await.unwrap(), body_of(50_000));
+    assert_eq!(origin.requests(), 1);
+    assert_eq!(metrics.upstream_fetches(), 1);
+}
+
+/// Seed-000: the client that started the fill hangs up while the origin is slow to answer, with
+/// others waiting: the fill is handed on (exactly one more origin fetch) and nobody hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed000_first_client_hangs_up_while_origin_is_slow() {
+    let gate = Gate::new();
+    let origin = Origin::start({
+        let gate = gate.clone();
+        move |_, _| {
+            vec![
+                Step::Wait(gate.clone()),
+                Step::Send(head_len(1000, "")),
+                Step::Send(body_of(1000)),
+            ]
+        }
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    // The first client, on a raw socket so it can vanish.
+    let mut first = TcpStream::connect(proxy).await.unwrap();
+    first
+        .write_all(b"GET /slow HTTP/1.1\r\nHost: test.local\r\n\r\n")
+        .await
+        .unwrap();
+    until("the first client's fill reached the origin", || {
+        origin.requests() == 1
+    })
+    .await;
+    let waiters: Vec<_> = (0..10)
+        .map(|_| tokio::spawn(async move { read_body(get_simple(proxy, "/slow").await).await }))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await; // let them queue (not an assertion)
+    drop(first);
+    // hyper drops the hung-up client's handler, whose lead passes to one waiter: a second fetch.
+    until("the lead passed to a waiter", || origin.requests() == 2).await;
+    gate.open();
+    for waiter in waiters {
+        assert_eq!(waiter.await.unwrap().unwrap(), body_of(1000));
+    }
+    assert_eq!(origin.requests(), 2, "exactly one more origin fetch");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_needs_the_token_and_removes_the_object() {
+    let origin = Origin::start(whole(100, "")).await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    read_body(get_simple(proxy, "/p").await).await.unwrap();
+    assert_eq!(get_simple(proxy, "/p").await.headers()["x-cache"], "HIT");
+
+    let purge = |token: Option<&str>| {
+        let mut request = Request::builder()
+            .method("PURGE")
+            .uri("/p")
+            .header("host", "test.local");
+        if let Some(token) = token {
+            request = request.header("x-purge-token", token);
+        }
+        request.body(Empty::<Bytes>::new()).unwrap()
+    };
+    assert_eq!(send(proxy, purge(None)).await.status(), 403);
+    assert_eq!(send(proxy, purge(Some("wrong"))).await.status(), 403);
+    assert_eq!(origin.requests(), 1);
+    assert_eq!(send(proxy, purge(Some("sesame"))).await.status(), 200);
+    let after = get_simple(proxy, "/p").await;
+    assert_eq!(after.headers()["x-cache"], "MISS");
+    read_body(after).await.unwrap();
+    assert_eq!(origin.requests(), 2);
+    assert_eq!(send(proxy, purge(Some("sesame"))).await.status(), 200);
+    assert_eq!(send(proxy, purge(Some("sesame"))).await.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_while_the_body_streams_fails_its_readers_and_is_final() {
+    let gate = Gate::new();
+    let origin = Origin::start({
+        let gate = gate.clone();
+        move |index, _| {
+            let body = body_of(30_000);
+            if index == 0 {
+                vec![
+                    Step::Send(head_len(body.len(), "")),
+                    Step::Send(body.slice(..10_000)),
+                    Step::Wait(gate.clone()),
+                    Step::Send(body.slice(10_000..)),
+                ]
+            } else {
+                vec![Step::Send(head_len(body.len(), "")), Step::Send(body)]
+            }
+        }
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let streaming = get_simple(proxy, "/live").await;
+    let mut body = streaming.into_body();
+    read_prefix(&mut body, 10_000).await;
+    let purge = Request::builder()
+        .method("PURGE")
+        .uri("/live")
+        .header("host", "test.local")
+        .header("x-purge-token", "sesame")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    assert_eq!(send(proxy, purge).await.status(), 200);
+    gate.open(); // the old fill's origin finishes; it must not bring the body back
+    let rest = tokio::time::timeout(GUARD, body.collect())
+        .await
+        .expect("hang guard");
+    assert!(
+        rest.is_err(),
+        "a reader of a purged in-flight body sees an error"
+    );
+    let next = get_simple(proxy, "/live").await;
+    assert_eq!(next.headers()["x-cache"], "MISS");
+    assert_eq!(read_body(next).await.unwrap(), body_of(30_000));
+    assert_eq!(origin.requests(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caching_rules() {
+    let origin = Origin::start(|_, head| {
+        let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+        let extra = match path.as_str() {
+            "/no-store" => "Cache-Control: no-store\r\n",
+            "/private" => "Cache-Control: private, max-age=60\r\n",
+            "/no-cache" => "Cache-Control: no-cache\r\n",
+            "/cookie" => "Set-Cookie: a=b\r\n",
+            "/vary-cookie" => "Vary: Cookie\r\n",
+            "/vary-ae" => "Vary: Accept-Encoding\r\n",
+            _ => "",
+        };
+        // head_len adds `max-age=60`; a second Cache-Control field joins the list.
+        vec![Step::Send(head_len(10, extra)), Step::Send(body_of(10))]
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let mut expected = 0;
+    for (path, stored) in [
+        ("/plain", true),
+        ("/no-store", false),
+        ("/private", false),
+        ("/no-cache", false),
+        ("/cookie", false),
+        ("/vary-cookie", false),
+        ("/vary-ae", true),
+    ] {
+        for _ in 0..2 {
+            assert_eq!(
+                read_body(get_simple(proxy, path).await).await.unwrap(),
+                body_of(10)
+            );
+        }
+        expected += if stored { 1 } else { 2 };
+        assert_eq!(origin.requests(), expected, "{path}");
+    }
+    // Vary: Accept-Encoding: another coding class is another object, and the origin sees the
+    // class, not the client's header.
+    let gzip = send(
+        proxy,
+        get("/vary-ae")
+            .header("accept-encoding", "gzip, deflate")
+            .body(Empty::new())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(gzip.headers()["x-cache"], "MISS");
+    read_body(gzip).await.unwrap();
+    assert!(
+        origin
+            .heads()
+            .last()
+            .unwrap()
+            .to_ascii_lowercase()
+            .contains("accept-encoding: gzip\r\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_object_is_refetched_once() {
+    let origin = Origin::start(|_, _| {
+        vec![
+            Step::Send(Bytes::from_static(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nCache-Control: max-age=10\r\nConnection: close\r\n\r\nabc",
+            )),
+        ]
+    })
+    .await;
+    let clock = herd_proxy::Clock::manual(std::time::SystemTime::now());
+    let (proxy, _handle) = proxy(origin.addr, |c| c.clock = clock.clone()).await;
+    read_body(get_simple(proxy, "/t").await).await.unwrap();
+    clock.advance(Duration::from_secs(9));
+    let hit = get_simple(proxy, "/t").await;
+    assert_eq!(hit.headers()["x-cache"], "HIT");
+    assert_eq!(hit.headers()["age"], "9");
+    read_body(hit).await.unwrap();
+    assert_eq!(origin.requests(), 1);
+    clock.advance(Duration::from_secs(2));
+    let clients: Vec<_> = (0..20)
+        .map(|_| tokio::spawn(async move { read_body(get_simple(proxy, "/t").await).await }))
+        .collect();
+    for client in clients {
+        assert_eq!(client.await.unwrap().unwrap(), "abc");
+    }
+    assert_eq!(origin.requests(), 2, "one refresh for twenty clients");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranges_from_complete_and_partial_bodies() {
+    let gate = Gate::new();
+    let origin = Origin::start({
+        let gate = gate.clone();
+        move |_, _| {
+            let body = body_of(1000);
+            vec![
+                Step::Send(head_len(1000, "")),
+                Step::Send(body.slice(..600)),
+                Step::Wait(gate.clone()),
+                Step::Send(body.slice(600..)),
+            ]
+        }
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let range = |value: &str| get("/r").header("range", value).body(Empty::new()).unwrap();
+    let holder = get_simple(proxy, "/r").await;
+    let mut holder_body = holder.into_body();
+    read_prefix(&mut holder_body, 600).await;
+    // From the partial body: the range is already written.
+    let partial = send(proxy, range("bytes=100-199")).await;
+    assert_eq!(partial.status(), 206);
+    assert_eq!(partial.headers()["content-range"], "bytes 100-199/1000");
+    assert_eq!(
+        read_body(partial).await.unwrap(),
+        body_of(1000).slice(100..200)
+    );
+    // A range not yet written waits for it.
+    let pending =
+        tokio::spawn(async move { read_body(send(proxy, range("bytes=-50")).await).await });
+    gate.open();
+    assert_eq!(pending.await.unwrap().unwrap(), body_of(1000).slice(950..));
+    let beyond = send(proxy, range("bytes=5000-")).await;
+    assert_eq!(beyond.status(), 416);
+    assert_eq!(beyond.headers()["content-range"], "bytes */1000");
+    for ignored in [
+        "bytes=9-2",
+        "bytes=0-1,3-4",
+        "bytes=99999999999999999999999-",
+        "lines=1-2",
+    ] {
+        let response = send(proxy, range(ignored)).await;
+        assert_eq!(response.status(), 200, "{ignored}");
+        assert_eq!(read_body(response).await.unwrap(), body_of(1000));
+    }
+    assert_eq!(origin.requests(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_requests() {
+    let origin = Origin::start(whole(500, "")).await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    read_body(get_simple(proxy, "/h").await).await.unwrap();
+    let head = send(
+        proxy,
+        Request::head("/h")
+            .header("host", "test.local")
+            .body(Empty::new())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.headers()["content-length"], "500");
+    assert_eq!(
+        head.headers()["x-cache"],
+        "HIT",
+        "answered from the GET object"
+    );
+    assert!(read_body(head).await.unwrap().is_empty());
+    assert_eq!(origin.requests(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_down_is_502_and_slow_origin_is_504() {
+    // A port with nothing listening.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let (down, _handle) = proxy(closed, |_| {}).await;
+    assert_eq!(get_simple(down, "/x").await.status(), 502);
+
+    let origin = Origin::start(|_, _| vec![Step::Hang]).await;
+    let (proxy, _handle) = proxy(origin.addr, |c| {
+        c.response_timeout = Duration::from_millis(200)
+    })
+    .await;
+    let clients: Vec<_> = (0..5)
+        .map(|_| tokio::spawn(async move { get_simple(proxy, "/slow").await.status() }))
+        .collect();
+    for client in clients {
+        assert_eq!(client.await.unwrap(), 504);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_from_the_origin_is_502_and_poisons_nothing() {
+    let origin = Origin::start(|index, _| {
+        if index == 0 {
+            vec![Step::Send(Bytes::from_static(
+                b"\x00\x01 this is not HTTP\r\n\r\n",
+            ))]
+        } else {
+            vec![Step::Send(head_len(10, "")), Step::Send(body_of(10))]
+        }
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    assert_eq!(get_simple(proxy, "/g").await.status(), 502);
+    let good = get_simple(proxy, "/g").await;
+    assert_eq!(good.status(), 200);
+    assert_eq!(read_body(good).await.unwrap(), body_of(10));
+}
+
+/// Raw bytes in, the status line out (or nothing when the proxy just closes).
+async fn raw_exchange(proxy: std::net::SocketAddr, bytes: &[u8]) -> String {
+    let mut stream = TcpStream::connect(proxy).await.unwrap();
+    let _ = stream.write_all(bytes).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(GUARD, stream.read_to_end(&mut out))
+        .await
+        .expect("hang guard");
+    String::from_utf8_lossy(&out)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_statuses() {
+    let origin = Origin::start(whole(10, "")).await;
+    let (proxy, handle) = proxy(origin.addr, |c| {
+        c.max_header_bytes = 8192;
+        c.client_header_timeout = Duration::from_millis(500);
+    })
+    .await;
+    assert!(
+        raw_exchange(proxy, b"GARBAGE\r\n\r\n")
+            .await
+            .starts_with("HTTP/1.1 400")
+    );
+    assert!(
+        raw_exchange(
+            proxy,
+            &[
+                0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03
+            ]
+        )
+        .await
+        .starts_with("HTTP/1.1 400")
+    );
+    let mut huge = b"GET / HTTP/1.1\r\nHost: test.local\r\nX-Big: ".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 100_000));
+    huge.extend_from_slice(b"\r\n\r\n");
+    assert!(raw_exchange(proxy, &huge).await.starts_with("HTTP/1.1 431"));
+    assert!(
+        raw_exchange(proxy, b"GET / HTTP/1.1\r\n\r\n")
+            .await
+            .starts_with("HTTP/1.1 400"),
+        "no Host"
+    );
+    // None of it reached the origin or the cache; a good request still works.
+    assert_eq!(origin.requests(), 0);
+    let good = get_simple(proxy, "/").await;
+    assert_eq!(read_body(good).await.unwrap(), body_of(10));
+    assert!(
+        handle
+            .metrics()
+            .render()
+            .contains("herd_proxy_bad_requests_total 1\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_prometheus_text() {
+    let origin = Origin::start(whole(10, "")).await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    read_body(get_simple(proxy, "/m").await).await.unwrap();
+    read_body(get_simple(proxy, "/m").await).await.unwrap();
+    let metrics = get_simple(proxy, "/metrics").await;
+    assert!(
+        metrics.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text = String::from_utf8(read_body(metrics).await.unwrap().to_vec()).unwrap();
+    for line in [
+        "herd_proxy_cache_hits_total 1",
+        "herd_proxy_cache_misses_total 1",
+        "herd_proxy_upstream_fetches_total 1",
+        "herd_proxy_upstream_bytes_total 10",
+        "herd_proxy_fills_in_flight 0",
+        "# TYPE herd_proxy_time_to_first_byte_seconds histogram",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_storage_streams_caches_and_fails_dead_bodies() {
+    let dir = TempDir::new("disk");
+    let storage = std::sync::Arc::new(stream_cache::DiskStorage::open(&dir.0).await.unwrap());
+    let gate = Gate::new();
+    let origin = Origin::start({
+        let gate = gate.clone();
+        move |index, head| {
+            let body = body_of(20_000);
+            if head.starts_with("GET /dies ") && index == 0 {
+                vec![
+                    Step::Send(head_chunked("")),
+                    Step::Send(chunk(&body[..5_000])),
+                    Step::Wait(gate.clone()),
+                    Step::Reset,
+                ]
+            } else {
+                vec![Step::Send(head_len(body.len(), "")), Step::Send(body)]
+            }
+        }
+    })
+    .await;
+    let (proxy, _handle) = proxy_over(origin.addr, storage, |_| {}).await;
+    let first = get_simple(proxy, "/dies").await;
+    let mut first_body = first.into_body();
+    read_prefix(&mut first_body, 5_000).await;
+    let second = get_simple(proxy, "/dies").await;
+    assert_eq!(second.headers()["x-cache"], "HIT");
+    gate.open();
+    assert!(
+        tokio::time::timeout(GUARD, first_body.collect())
+            .await
+            .unwrap()
+            .is_err()
+    );
+    assert!(read_body(second).await.is_err());
+    assert_eq!(
+        read_body(get_simple(proxy, "/dies").await).await.unwrap(),
+        body_of(20_000)
+    );
+    let hit = get_simple(proxy, "/dies").await;
+    assert_eq!(hit.headers()["x-cache"], "HIT");
+    assert_eq!(read_body(hit).await.unwrap(), body_of(20_000));
+    assert_eq!(origin.requests(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_methods_and_credentials_pass_uncached() {
+    let origin = Origin::start(whole(10, "")).await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let stream = TcpStream::connect(proxy).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let post = Request::post("/form")
+        .header("host", "test.local")
+        .body(http_body_util::Full::new(Bytes::from_static(
+            b"field=value",
+        )))
+        .unwrap();
+    let response = sender.send_request(post).await.unwrap();
+    assert_eq!(read_body(response).await.unwrap(), body_of(10));
+    let authorized = get("/form")
+        .header("authorization", "Bearer x")
+        .body(Empty::new())
+        .unwrap();
+    read_body(send(proxy, authorized).await).await.unwrap();
+    let authorized = get("/form")
+        .header("authorization", "Bearer x")
+        .body(Empty::new())
+        .unwrap();
+    read_body(send(proxy, authorized).await).await.unwrap();
+    assert_eq!(origin.requests(), 3);
+    let heads = origin.heads();
+    assert!(heads[0].starts_with("POST /form HTTP/1.1"));
+    assert!(heads[0].ends_with("field=value") || heads[0].contains("content-length: 11"));
+}
+
+/// Origin for the stale tests: the first answer is "v1", later ones "v2" (after `gate` opens),
+/// or, with `fail_later`, a reset with no answer.
+fn versioned_origin(
+    cache_control: &'static str,
+    gate: Gate,
+    fail_later: bool,
+) -> impl Fn(usize, &str) -> Vec<Step> {
+    move |index, _| {
+        let head = |body: &str| {
+            Bytes::from(format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: {cache_control}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ))
+        };
+        match index {
+            0 => vec![Step::Send(head("v1"))],
+            _ if fail_later => vec![Step::Reset],
+            _ => vec![Step::Wait(gate.clone()), Step::Send(head("v2"))],
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_while_revalidate_serves_stale_at_once_and_refreshes_once() {
+    let gate = Gate::new();
+    let origin = Origin::start(versioned_origin(
+        "max-age=10, stale-while-revalidate=60",
+        gate.clone(),
+        false,
+    ))
+    .await;
+    let clock = herd_proxy::Clock::manual(std::time::SystemTime::now());
+    let (proxy, _handle) = proxy(origin.addr, |c| c.clock = clock.clone()).await;
+    assert_eq!(
+        read_body(get_simple(proxy, "/s").await).await.unwrap(),
+        "v1"
+    );
+    clock.advance(Duration::from_secs(11));
+    // The origin holds its answer (gate closed), yet every client gets v1 at once.
+    for _ in 0..5 {
+        let stale = get_simple(proxy, "/s").await;
+        assert_eq!(stale.headers()["x-cache"], "STALE");
+        assert_eq!(read_body(stale).await.unwrap(), "v1");
+    }
+    until("the background refresh reached the origin", || {
+        origin.requests() == 2
+    })
+    .await;
+    gate.open();
+    let refreshed = tokio::time::timeout(GUARD, async {
+        loop {
+            let response = get_simple(proxy, "/s").await;
+            let cache = response.headers()["x-cache"].clone();
+            if read_body(response).await.unwrap() == "v2" {
+                return cache;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("hang guard: the refreshed object replaces the stale one");
+    assert_eq!(refreshed, "HIT");
+    assert_eq!(origin.requests(), 2, "five stale hits, one refresh");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_if_error_serves_stale_when_the_origin_fails() {
+    for (cache_control, expect_stale) in [
+        ("max-age=10, stale-if-error=60", true),
+        ("max-age=10", false),
+    ] {
+        let origin = Origin::start(versioned_origin(cache_control, Gate::new(), true)).await;
+        let clock = herd_proxy::Clock::manual(std::time::SystemTime::now());
+        let (proxy, _handle) = proxy(origin.addr, |c| c.clock = clock.clone()).await;
+        assert_eq!(
+            read_body(get_simple(proxy, "/e").await).await.unwrap(),
+            "v1"
+        );
+        clock.advance(Duration::from_secs(11));
+        let response = get_simple(proxy, "/e").await;
+        if expect_stale {
+            assert_eq!(response.status(), 200);
+            assert_eq!(response.headers()["x-cache"], "STALE");
+            assert_eq!(read_body(response).await.unwrap(), "v1");
+        } else {
+            assert_eq!(response.status(), 502, "{cache_control}");
+        }
+        assert_eq!(origin.requests(), 2);
+    }
+}
