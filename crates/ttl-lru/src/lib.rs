@@ -74,6 +74,7 @@ mod pool;
 mod read_through;
 pub mod registry;
 mod rng;
+pub mod second_level;
 mod shard;
 mod shard_lock;
 mod stats;
@@ -87,4 +88,7 @@ pub use cache::{Cache, Entry, Fence, Freshness};
 pub use clock::{Clock, CoarseClock, ManualClock, TokioClock};
 pub use error::{FetchError, InsertError, RegistryError};
 pub use read_through::{Fetched, Source};
+pub use second_level::{
+    Codec, CodecError, L2Error, SecondLevel, TierFetched, TierSource, TierStats, TieredCache,
+};
 pub use stats::Stats;

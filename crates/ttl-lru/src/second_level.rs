@@ -1,0 +1,29 @@
+//! A second level (L2) under a [`Cache`](crate::Cache): one cache for a fleet of processes
+//! (issue 18). The tier is a type that wraps a cache and uses only its public API; the store
+//! under it is any [`SecondLevel`] (Redis in `coalesce-redis`, [`MemorySecondLevel`] here), so
+//! `ttl-lru` holds no Redis code.
+//!
+//! - [`SecondLevel`]: async get / set / delete of encoded values with ttl, plus the fence:
+//!   per-key [`Version`]s, [`SecondLevel::set_if_version`] and [`SecondLevel::invalidate`].
+//! - [`Codec`]: keys and values to bytes, with typed [`CodecError`]s that never poison a key.
+//! - [`TieredCache`]: the read-through L1 → L2 → fleet lease → fill, fail-open and counted
+//!   ([`TierStats`]); [`TieredCache::invalidate`] makes an invalidation final across the fleet.
+//! - [`L1Sink`]: where a backplane delivers invalidations made by other processes.
+//!
+//! Not carried through L2 (L1 only, as before): cached fill errors (negative entries, since
+//! the error type has no codec), and stale-while-revalidate windows (a refresh reads L2 first,
+//! but does not stand down for another process's lease).
+
+mod backend;
+mod codec;
+mod memory;
+mod stats;
+mod tier;
+
+pub use backend::{Invalidated, L1Sink, L2Entry, L2Error, SecondLevel, Version};
+pub use codec::{BytesCodec, Codec, CodecError, StringCodec, U64Codec};
+pub use memory::MemorySecondLevel;
+pub use stats::TierStats;
+pub use tier::{
+    InvalidateError, TierBuilder, TierConfigError, TierFetched, TierSource, TieredCache,
+};
