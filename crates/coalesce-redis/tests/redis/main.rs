@@ -7,6 +7,7 @@
 mod conformance;
 mod harness;
 mod lease;
+mod second_level;
 
 use harness::Case;
 
@@ -44,6 +45,59 @@ fn main() -> std::process::ExitCode {
             "conformance::redis_lease_passes_the_lease_suite",
             1,
             |server| Box::pin(conformance::redis_lease_passes_the_lease_suite(server)),
+        ),
+        Case::redis(
+            "second_level::an_invalidation_fences_a_fill_in_another_process",
+            2,
+            |server| {
+                Box::pin(second_level::an_invalidation_fences_a_fill_in_another_process(server))
+            },
+        ),
+        Case::redis(
+            "second_level::the_fence_holds_for_a_process_without_a_backplane",
+            2,
+            |server| {
+                Box::pin(second_level::the_fence_holds_for_a_process_without_a_backplane(server))
+            },
+        ),
+        Case::redis(
+            "second_level::an_invalidation_drops_the_l1_copy_of_every_process",
+            2,
+            |server| {
+                Box::pin(second_level::an_invalidation_drops_the_l1_copy_of_every_process(server))
+            },
+        ),
+        Case::redis(
+            "second_level::killing_redis_mid_fill_neither_hangs_nor_errs_and_the_tier_recovers",
+            2,
+            |server| {
+                Box::pin(second_level::killing_redis_mid_fill_neither_hangs_nor_errs_and_the_tier_recovers(server))
+            },
+        ),
+        Case::redis(
+            "second_level::a_process_whose_subscription_dropped_does_not_serve_an_entry_invalidated_meanwhile",
+            2,
+            |server| {
+                Box::pin(second_level::a_process_whose_subscription_dropped_does_not_serve_an_entry_invalidated_meanwhile(server))
+            },
+        ),
+        Case::redis(
+            "second_level::a_value_redis_refuses_is_served_from_l1_and_counted",
+            2,
+            |server| {
+                Box::pin(second_level::a_value_redis_refuses_is_served_from_l1_and_counted(server))
+            },
+        ),
+        Case::redis(
+            "second_level::keys_with_any_bytes_round_trip_through_redis_and_the_backplane",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::keys_with_any_bytes_round_trip_through_redis_and_the_backplane(
+                        server,
+                    ),
+                )
+            },
         ),
     ])
 }
