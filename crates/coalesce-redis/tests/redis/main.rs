@@ -5,6 +5,7 @@
 //! these tests instead.
 
 mod conformance;
+mod fleet;
 mod harness;
 mod lease;
 mod second_level;
@@ -12,6 +13,10 @@ mod second_level;
 use harness::Case;
 
 fn main() -> std::process::ExitCode {
+    // Re-run as a child of the multi-process test: do the child's part only.
+    if let Some(code) = fleet::child() {
+        return code;
+    }
     harness::run(&[
         Case::redis(
             "lease::two_processes_fill_each_key_once_through_redis",
@@ -98,6 +103,11 @@ fn main() -> std::process::ExitCode {
                     ),
                 )
             },
+        ),
+        Case::redis(
+            "fleet::eight_processes_fill_one_cold_key_once",
+            2,
+            |server| Box::pin(fleet::eight_processes_fill_one_cold_key_once(server)),
         ),
     ])
 }

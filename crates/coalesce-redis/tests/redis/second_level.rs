@@ -38,12 +38,12 @@ fn l2(url: &str, backoff: Duration, backplane: bool) -> Arc<RedisSecondLevel> {
 }
 
 /// One "process": its own cache, its own connections, its own subscriber.
-struct Proc {
-    tier: Tier,
-    l2: Arc<RedisSecondLevel>,
+pub(crate) struct Proc {
+    pub(crate) tier: Tier,
+    pub(crate) l2: Arc<RedisSecondLevel>,
 }
 
-fn process_with(url: &str, backoff: Duration, backplane: bool, lease: bool) -> Proc {
+pub(crate) fn process_with(url: &str, backoff: Duration, backplane: bool, lease: bool) -> Proc {
     let l2 = l2(url, backoff, backplane);
     let mut builder = TieredCache::builder(
         Cache::new(1000),
