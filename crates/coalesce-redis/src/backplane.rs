@@ -37,6 +37,8 @@ use crate::connection::Connector;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BackplaneStats {
+    /// Whether the subscriber task runs (from the first attach of a tier on a tokio runtime).
+    pub running: bool,
     /// Whether the subscription is live now.
     pub subscribed: bool,
     /// Confirmed subscriptions (the first and every re-subscription).
@@ -215,6 +217,7 @@ impl Backplane {
     pub(crate) fn stats(&self) -> BackplaneStats {
         let c = &self.shared.counters;
         BackplaneStats {
+            running: self.task.lock().is_some(),
             subscribed: self.shared.live.load(Relaxed),
             subscriptions: c.subscriptions.load(Relaxed),
             losses: c.losses.load(Relaxed),

@@ -7,6 +7,7 @@
 mod conformance;
 mod fleet;
 mod harness;
+mod l2_conformance;
 mod lease;
 mod second_level;
 
@@ -108,6 +109,15 @@ fn main() -> std::process::ExitCode {
             "fleet::eight_processes_fill_one_cold_key_once",
             2,
             |server| Box::pin(fleet::eight_processes_fill_one_cold_key_once(server)),
+        ),
+        Case::redis(
+            "l2_conformance::redis_second_level_passes_the_l2_suite",
+            2,
+            |server| {
+                Box::pin(l2_conformance::redis_second_level_passes_the_l2_suite(
+                    server,
+                ))
+            },
         ),
     ])
 }
