@@ -5,7 +5,8 @@
 //!
 //! - [`SecondLevel`]: async get / set / delete of encoded values with ttl, plus the fence:
 //!   per-key [`Version`]s, [`SecondLevel::set_if_version`] and [`SecondLevel::invalidate`].
-//! - [`Codec`]: keys and values to bytes, with typed [`CodecError`]s that never poison a key.
+//! - [`Codec`]: keys and values to bytes, with typed [`CodecError`]s that never poison a key;
+//!   `CborCodec` (feature `serde`) for any `serde` type.
 //! - [`TieredCache`]: the read-through L1 → L2 → fleet lease → fill, fail-open and counted
 //!   ([`TierStats`]); [`TieredCache::invalidate`] makes an invalidation final across the fleet.
 //! - [`L1Sink`]: where a backplane delivers invalidations made by other processes.
@@ -17,12 +18,16 @@
 mod backend;
 mod codec;
 mod memory;
+#[cfg(feature = "serde")]
+mod serde_codec;
 mod stats;
 mod tier;
 
 pub use backend::{Invalidated, L1Sink, L2Entry, L2Error, SecondLevel, Version};
 pub use codec::{BytesCodec, Codec, CodecError, StringCodec, U64Codec};
 pub use memory::MemorySecondLevel;
+#[cfg(feature = "serde")]
+pub use serde_codec::CborCodec;
 pub use stats::TierStats;
 pub use tier::{
     InvalidateError, TierBuilder, TierConfigError, TierFetched, TierSource, TieredCache,

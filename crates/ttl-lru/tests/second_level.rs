@@ -362,3 +362,41 @@ fn zero_timeouts_are_refused() {
         .unwrap_err();
     assert_eq!(err.to_string(), "the l2 timeout must be greater than zero");
 }
+
+/// `CborCodec` (feature `serde`; the workspace's tests enable it through coalesce-redis's
+/// dev-dependency): round trip of a struct, typed errors for garbage and trailing bytes.
+#[cfg(feature = "serde")]
+mod cbor {
+    use ttl_lru::second_level::{CborCodec, Codec, CodecError};
+
+    #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct User {
+        id: u64,
+        name: String,
+        tags: Vec<String>,
+    }
+
+    #[test]
+    fn a_struct_round_trips_and_bad_bytes_are_typed_errors() {
+        let codec = CborCodec::<User>::new();
+        let user = User {
+            id: 42,
+            name: "Ada\0Lovelace".into(),
+            tags: vec!["a".into(), String::new()],
+        };
+        let bytes = codec.encode(&user).unwrap();
+        assert_eq!(codec.decode(&bytes).unwrap(), user);
+        assert!(matches!(
+            codec.decode(&[0xFF, 0x00]),
+            Err(CodecError::Decode(_))
+        ));
+        assert!(matches!(codec.decode(&[]), Err(CodecError::Decode(_))));
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        let err = codec.decode(&trailing).unwrap_err();
+        assert!(err.to_string().contains("1 trailing bytes"), "{err}");
+        // Another type's encoding is a typed error, not a panic or a wrong value.
+        let other = CborCodec::<u64>::new().encode(&7).unwrap();
+        assert!(matches!(codec.decode(&other), Err(CodecError::Decode(_))));
+    }
+}

@@ -119,5 +119,10 @@ fn main() -> std::process::ExitCode {
                 ))
             },
         ),
+        Case::redis(
+            "second_level::struct_values_cross_processes_as_cbor",
+            2,
+            |server| Box::pin(second_level::struct_values_cross_processes_as_cbor(server)),
+        ),
     ])
 }

@@ -443,3 +443,60 @@ pub(crate) async fn keys_with_any_bytes_round_trip_through_redis_and_the_backpla
     }
     assert_eq!(fills.load(SeqCst), 4);
 }
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct User {
+    id: u64,
+    name: String,
+}
+
+/// A struct value crosses processes as CBOR; a value another codec wrote under the key is a
+/// decode error counted as a miss, refilled and overwritten (the key is not poisoned).
+pub(crate) async fn struct_values_cross_processes_as_cbor(server: RedisServer) {
+    use ttl_lru::second_level::CborCodec;
+    let url = server.url();
+    let mk = || {
+        let l2 = l2(&url, Duration::from_millis(50), false);
+        TieredCache::builder(
+            Cache::<String, User>::new(10),
+            l2 as Arc<dyn SecondLevel>,
+            StringCodec,
+            CborCodec::<User>::new(),
+        )
+        .build()
+        .unwrap()
+    };
+    let (a, b) = (mk(), mk());
+    let ada = User {
+        id: 1,
+        name: "Ada".into(),
+    };
+    let fill = |user: User| move || async move { Ok::<_, String>(user) };
+    a.get_or_try_insert("u".into(), |_| TTL, fill(ada.clone()))
+        .await
+        .unwrap();
+    let got = b
+        .get_or_try_insert("u".into(), |_| TTL, fill(ada.clone()))
+        .await
+        .unwrap();
+    assert_eq!((got.value, got.source), (ada.clone(), TierSource::L2));
+    observer(&url)
+        .set(b"garbage", &[0xFF, 0x00, 0x13], TTL)
+        .await
+        .unwrap();
+    let got = a
+        .get_or_try_insert("garbage".into(), |_| TTL, fill(ada.clone()))
+        .await
+        .unwrap();
+    assert_eq!(got.source, TierSource::Filled);
+    assert_eq!(a.stats().codec_errors, 1);
+    let got = b
+        .get_or_try_insert("garbage".into(), |_| TTL, fill(ada.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        got.source,
+        TierSource::L2,
+        "the refill overwrote the bad bytes"
+    );
+}
