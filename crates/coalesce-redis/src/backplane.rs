@@ -318,7 +318,7 @@ async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
                 handle(shared, &acks, &message);
             }
             _ = ping.tick() => {
-                bounded(s.command_timeout, sink.ping::<String>()).await?;
+                bounded(s.command_timeout, sink.ping::<redis::Value>()).await?;
             }
         }
     }

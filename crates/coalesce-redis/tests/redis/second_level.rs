@@ -211,6 +211,12 @@ pub(crate) async fn an_invalidation_drops_the_l1_copy_of_every_process(server: R
         .map(|p| p.tier.stats().backplane_received)
         .sum();
     assert_eq!(received, 4);
+    // A healthy subscription survives its keep-alive pings (every 100 ms here).
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    for p in &procs {
+        let stats = p.l2.backplane_stats().unwrap();
+        assert_eq!((stats.subscriptions, stats.losses), (1, 0), "{stats:?}");
+    }
 }
 
 pub(crate) async fn killing_redis_mid_fill_neither_hangs_nor_errs_and_the_tier_recovers(
