@@ -353,6 +353,20 @@ async fn a_read_dropped_at_any_await_leaves_nothing_stuck() {
     }
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_invalidate_dropped_while_l2_stalls_has_already_cleaned_this_l1() {
+    let l2 = MemorySecondLevel::new();
+    let tier = process(&l2);
+    let calls = Arc::new(AtomicUsize::new(0));
+    read(&tier, "k", 1, &calls).await;
+    l2.set_stalled(true);
+    assert!(
+        tier.invalidate(&"k".to_string()).now_or_never().is_none(),
+        "pending on the stalled L2"
+    );
+    assert_eq!(tier.get(&"k".to_string()), None);
+}
+
 #[test]
 fn zero_timeouts_are_refused() {
     let l2: Arc<dyn SecondLevel> = Arc::new(MemorySecondLevel::new());

@@ -124,5 +124,12 @@ fn main() -> std::process::ExitCode {
             2,
             |server| Box::pin(second_level::struct_values_cross_processes_as_cbor(server)),
         ),
+        Case::redis(
+            "second_level::a_read_dropped_at_any_await_leaves_nothing_stuck",
+            2,
+            |server| {
+                Box::pin(second_level::a_read_dropped_at_any_await_leaves_nothing_stuck(server))
+            },
+        ),
     ])
 }

@@ -506,3 +506,38 @@ pub(crate) async fn struct_values_cross_processes_as_cbor(server: RedisServer) {
         "the refill overwrote the bad bytes"
     );
 }
+
+/// A read dropped after 0, 1, 2... polls (at the L2 version read, the L2 read, the lease, the
+/// fill or the fenced write, wherever the polls land) leaves no flight behind, and the next
+/// read, in this process or another, answers.
+pub(crate) async fn a_read_dropped_at_any_await_leaves_nothing_stuck(server: RedisServer) {
+    use futures::FutureExt;
+    let url = server.url();
+    let a = process_with(&url, Duration::from_millis(50), true, true);
+    let b = process_with(&url, Duration::from_millis(50), true, true);
+    for polls in 0..40 {
+        let key = format!("k{polls}");
+        {
+            let fut = a.tier.get_or_try_insert(
+                key.clone(),
+                |_| TTL,
+                || async {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    Ok::<_, String>(1)
+                },
+            );
+            let mut fut = std::pin::pin!(fut);
+            for _ in 0..polls {
+                if (&mut fut).now_or_never().is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        assert_eq!(a.tier.cache().fills_in_flight(), 0, "after {polls} polls");
+        let (v, _) = read(&b, &key, 2).await;
+        assert!(v == 1 || v == 2);
+        let (w, _) = read(&a, &key, 3).await;
+        assert!(w == v || w == 3, "{v} then {w}");
+    }
+}

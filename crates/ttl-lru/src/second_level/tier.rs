@@ -184,7 +184,7 @@ where
 ///
 /// **Invalidation** ([`invalidate`](Self::invalidate)) changes the key's L2 version, deletes it
 /// from L2, tells every attached process (the backplane) to drop its L1 copy and waits for their
-/// acknowledgements (bounded), then invalidates this process's L1.
+/// acknowledgements (bounded); this process's L1 is invalidated before and after that.
 ///
 /// Codec failures never poison a key: a value that does not decode reads as an L2 miss (and is
 /// overwritten by the fill), one that does not encode is kept out of L2 only.
@@ -353,20 +353,23 @@ where
         })
     }
 
-    /// Invalidates `key` across the fleet: changes its L2 version and deletes its L2 value
+    /// Invalidates `key` across the fleet: invalidates this process's L1, changes the key's L2
+    /// version and deletes its L2 value
     /// (atomically: a fill anywhere that read the version before cannot write after), tells every
     /// attached process to drop its L1 copy and waits for their acknowledgements (bounded by
-    /// `invalidate_timeout`), then invalidates this process's L1 (which also fences this
-    /// process's in-flight fills of the key and detaches them from later callers).
+    /// `invalidate_timeout`), then invalidates this process's L1 again (each L1 invalidation
+    /// also fences this process's in-flight fills of the key and detaches them from later
+    /// callers).
     ///
     /// When this returns `Ok`, no process whose acknowledgement is counted in
     /// [`Invalidated::acked`] serves the old value from L1, no fill that started before can
     /// write it to L2 or to those L1s, and the next read anywhere goes to L2 (then fills).
     ///
     /// # Cancellation
-    /// Dropped while waiting for L2: the L2 invalidation may or may not have happened (it is
-    /// atomic in L2; the backplane message may not be sent); this process's L1 is not
-    /// invalidated. Call it again.
+    /// Dropped while waiting for L2: this process's L1 copy is already dropped (L1 is
+    /// invalidated before and after the L2 call), but the L2 invalidation may or may not have
+    /// happened (it is atomic in L2; the acknowledgements were not awaited), and a local fill
+    /// that read L2 meanwhile may still store the old value here. Call it again.
     ///
     /// # Errors
     /// [`InvalidateError::Key`] (the key does not encode) and [`InvalidateError::L2`] (L2 failed
@@ -383,12 +386,14 @@ where
                 return Err(InvalidateError::Key(error));
             }
         };
+        // Before L2 too: dropped at the await below, this process's L1 is already clean.
+        tier.cache.invalidate(key);
         let result = match timeout(tier.invalidate_timeout, tier.l2.invalidate(&encoded)).await {
             Ok(result) => result,
             Err(_elapsed) => Err(L2Error::TimedOut(tier.invalidate_timeout)),
         };
-        // After L2: a local fill that read L2 before the L2 invalidation took its L1 fence
-        // before this call, so this invalidation fences it.
+        // And after L2: a local fill that started between the two read L2 before the L2
+        // invalidation, and took its L1 fence before this second one, which fences it.
         tier.cache.invalidate(key);
         match result {
             Ok(done) => {
