@@ -11,9 +11,10 @@
 //!   ([`TierStats`]); [`TieredCache::invalidate`] makes an invalidation final across the fleet.
 //! - [`L1Sink`]: where a backplane delivers invalidations made by other processes.
 //!
-//! Not carried through L2 (L1 only, as before): cached fill errors (negative entries, since
-//! the error type has no codec), and stale-while-revalidate windows (a refresh reads L2 first,
-//! but does not stand down for another process's lease).
+//! Cached fill errors go through L2 for one error type with a codec
+//! ([`TierBuilder::negative_caching`]). A stale-while-revalidate refresh goes through L2 and the
+//! lease like a fill (it takes another process's value from L2 instead of filling), but does not
+//! stand down at once while another process holds the lease.
 
 mod backend;
 mod codec;

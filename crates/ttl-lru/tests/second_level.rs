@@ -249,10 +249,9 @@ async fn codec_failures_are_misses_and_never_poison_a_key() {
         .await
         .unwrap();
     assert_eq!((got.value, got.source), (5, TierSource::Filled));
-    assert_eq!(
-        l2.get(b"k").await.unwrap().unwrap().value,
-        5u64.to_be_bytes()
-    );
+    let stored = l2.get(b"k").await.unwrap().unwrap().value;
+    assert_eq!(stored[0], 0, "tagged as a value");
+    assert_eq!(stored[1..], 5u64.to_be_bytes());
     assert_eq!(read(&tier, "u", 13, &calls).await, (13, TierSource::Filled));
     assert!(!l2.contains(b"u"), "an unencodable value stays out of L2");
     assert_eq!(
@@ -365,6 +364,87 @@ async fn an_invalidate_dropped_while_l2_stalls_has_already_cleaned_this_l1() {
         "pending on the stalled L2"
     );
     assert_eq!(tier.get(&"k".to_string()), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fill_errors_go_through_l2_with_a_negative_codec_and_are_fenced() {
+    let l2 = MemorySecondLevel::new();
+    let mk = || {
+        TieredCache::builder(
+            Cache::builder(100)
+                .clock(TokioClock::new())
+                .negative_ttl(Duration::from_secs(5))
+                .build(),
+            Arc::new(l2.clone()),
+            StringCodec,
+            U64Codec,
+        )
+        .negative_caching(StringCodec, Duration::from_secs(5))
+        .build()
+        .unwrap()
+    };
+    let (a, b): (Tier, Tier) = (mk(), mk());
+    let failing = || async { Err::<u64, String>("origin down".into()) };
+    let err = a
+        .get_or_try_insert("k".into(), |_| TTL, failing)
+        .await
+        .unwrap_err();
+    assert_eq!(err.fill_error().map(|e| e.as_str()), Some("origin down"));
+    // B answers A's error from L2 without calling its origin.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = {
+        let calls = calls.clone();
+        move || async move {
+            calls.fetch_add(1, SeqCst);
+            Ok::<u64, String>(1)
+        }
+    };
+    let err = b
+        .get_or_try_insert("k".into(), |_| TTL, counted.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(err.fill_error().map(|e| e.as_str()), Some("origin down"));
+    assert_eq!(calls.load(SeqCst), 0);
+    assert_eq!(b.stats().l2_negative_hits, 1);
+    // A caller with another error type reads the entry as a miss and fills.
+    let other = b
+        .get_or_try_insert("k2".into(), |_| TTL, || async { Err::<u64, u32>(7) })
+        .await
+        .unwrap_err();
+    assert_eq!(other.fill_error().map(|e| **e), Some(7));
+    assert!(
+        !l2.contains(b"k2"),
+        "an error type without a codec stays out of L2"
+    );
+    // The negative entry expires from L2 with its ttl; then the key fills again.
+    tokio::time::advance(Duration::from_secs(6)).await;
+    let got = b
+        .get_or_try_insert("k".into(), |_| TTL, counted)
+        .await
+        .unwrap();
+    assert_eq!((got.value, got.source), (1, TierSource::Filled));
+    // Fenced like values: an error from a fill that began before an invalidation stays out.
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let failing_late = {
+        let (a, gate) = (a.clone(), gate.clone());
+        tokio::spawn(async move {
+            a.get_or_try_insert(
+                "late".into(),
+                |_| TTL,
+                move || async move {
+                    gate.notified().await;
+                    Err::<u64, String>("stale failure".into())
+                },
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    b.invalidate(&"late".to_string()).await.unwrap();
+    gate.notify_one();
+    assert!(failing_late.await.unwrap().is_err());
+    assert!(!l2.contains(b"late"));
+    assert_eq!(a.stats().fenced_writes, 1);
 }
 
 #[test]

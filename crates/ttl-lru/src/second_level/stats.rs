@@ -12,13 +12,15 @@ use coalesce::LeaseStats;
 pub struct TierStats {
     /// L1 misses whose leader found the value in L2 (including the lease re-check's finds).
     pub l2_hits: u64,
-    /// L2 reads that found nothing (or an expired value).
+    /// L2 reads that found a cached fill error (negative entry) of the caller's error type.
+    pub l2_negative_hits: u64,
+    /// L2 reads that found nothing (or an expired value, or another error type's entry).
     pub l2_misses: u64,
     /// L2 calls that failed (the tier went on without L2: fail open).
     pub l2_errors: u64,
     /// L2 calls that ran past the tier's `l2_timeout` (the tier went on without L2).
     pub l2_timeouts: u64,
-    /// Values written to L2 by a fenced write that landed.
+    /// Values (and negative entries) written to L2 by a fenced write that landed.
     pub l2_writes: u64,
     /// Fenced L2 writes refused because the key was invalidated since the fill began; the value
     /// then goes to neither L2 nor this process's L1 (its callers still get it).
@@ -50,6 +52,7 @@ pub struct TierStats {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) l2_hits: AtomicU64,
+    pub(crate) l2_negative_hits: AtomicU64,
     pub(crate) l2_misses: AtomicU64,
     pub(crate) l2_errors: AtomicU64,
     pub(crate) l2_timeouts: AtomicU64,
@@ -74,6 +77,7 @@ impl Counters {
     pub(crate) fn snapshot(&self, lease: Option<LeaseStats>) -> TierStats {
         TierStats {
             l2_hits: self.l2_hits.load(Relaxed),
+            l2_negative_hits: self.l2_negative_hits.load(Relaxed),
             l2_misses: self.l2_misses.load(Relaxed),
             l2_errors: self.l2_errors.load(Relaxed),
             l2_timeouts: self.l2_timeouts.load(Relaxed),

@@ -2,6 +2,7 @@
 //! public read-through only. The leader of the cache's local flight does the L2 work inside its
 //! fill, so everything the cache promises about coalescing, cancellation and fences still holds.
 
+use std::any::Any;
 use std::convert::Infallible;
 use std::future::Future;
 use std::hash::Hash;
@@ -54,6 +55,9 @@ pub enum TierConfigError {
     /// A zero timeout would skip L2 on every call.
     #[error("the {0} must be greater than zero")]
     ZeroTimeout(&'static str),
+    /// Negative entries in L2 need a ttl of at least 1 ms.
+    #[error("the L2 negative ttl {0:?} is under 1 ms")]
+    NegativeTtl(Duration),
     /// The fleet lease's settings.
     #[error("fleet lease: {0}")]
     Lease(#[from] SettingsError),
@@ -90,9 +94,19 @@ pub struct TierBuilder<K, V> {
     keys: Box<dyn Codec<K>>,
     values: Box<dyn Codec<V>>,
     lease: Option<DistributedBuilder>,
+    negative: Option<(Box<dyn Any + Send + Sync>, Duration)>,
     l2_timeout: Duration,
     invalidate_timeout: Duration,
 }
+
+/// The codec of one error type `E` for negative entries in L2.
+struct Negative<E> {
+    codec: Box<dyn Codec<E>>,
+}
+
+/// L2 holds a one-byte tag before the encoded payload: a value or a cached fill error.
+const TAG_VALUE: u8 = 0;
+const TAG_ERROR: u8 = 1;
 
 impl<K, V> std::fmt::Debug for TierBuilder<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -131,8 +145,30 @@ where
         self
     }
 
+    /// Carries fill errors of type `E` through L2 too (negative entries), encoded by `codec`,
+    /// for `ttl` in L2: a process that finds one answers the error without filling, and caches
+    /// it in its L1 for the cache's own `negative_ttl`. Errors of other types, from callers with
+    /// another `E`, stay out of L2 (and an L2 error entry reads as a miss to them). Fenced like
+    /// values.
+    pub fn negative_caching<E: Send + Sync + 'static>(
+        mut self,
+        codec: impl Codec<E>,
+        ttl: Duration,
+    ) -> Self {
+        let negative = Negative::<E> {
+            codec: Box::new(codec),
+        };
+        self.negative = Some((Box::new(negative), ttl));
+        self
+    }
+
     /// Checks the settings, builds the tier and attaches it to the L2's backplane.
     pub fn build(self) -> Result<TieredCache<K, V>, TierConfigError> {
+        if let Some((_, ttl)) = &self.negative {
+            if *ttl < MIN_L2_TTL {
+                return Err(TierConfigError::NegativeTtl(*ttl));
+            }
+        }
         if self.l2_timeout.is_zero() {
             return Err(TierConfigError::ZeroTimeout("l2 timeout"));
         }
@@ -151,6 +187,7 @@ where
             keys: self.keys,
             values: self.values,
             lease,
+            negative: self.negative,
             l2_timeout: self.l2_timeout,
             invalidate_timeout: self.invalidate_timeout,
             next_flight: AtomicU64::new(0),
@@ -189,6 +226,9 @@ where
 /// Codec failures never poison a key: a value that does not decode reads as an L2 miss (and is
 /// overwritten by the fill), one that does not encode is kept out of L2 only.
 ///
+/// **Negative entries** ([`TierBuilder::negative_caching`]): fill errors of one chosen type go
+/// through L2 too. An L2 entry is a tag byte (`0`: value, `1`: fill error) and the codec's bytes.
+///
 /// Needs a tokio runtime with time enabled. Cheap to clone.
 pub struct TieredCache<K, V> {
     inner: Arc<Tier<K, V>>,
@@ -217,6 +257,7 @@ struct Tier<K, V> {
     keys: Box<dyn Codec<K>>,
     values: Box<dyn Codec<V>>,
     lease: Option<Lease>,
+    negative: Option<(Box<dyn Any + Send + Sync>, Duration)>,
     l2_timeout: Duration,
     invalidate_timeout: Duration,
     next_flight: AtomicU64,
@@ -266,6 +307,7 @@ where
             keys: Box::new(keys),
             values: Box::new(values),
             lease: None,
+            negative: None,
             l2_timeout: Duration::from_millis(100),
             invalidate_timeout: Duration::from_secs(1),
         }
@@ -293,7 +335,9 @@ where
     ///
     /// `fill` is called (not awaited) only by the local leader, before it reads L2; its future
     /// is dropped unpolled when L2 has the value. Fill errors are returned (and cached in L1 for
-    /// the cache's `negative_ttl`, as by [`Cache::get_or_try_insert`]); they are not written to L2.
+    /// the cache's `negative_ttl`, as by [`Cache::get_or_try_insert`]); they are written to L2
+    /// only with a negative codec for `E` ([`TierBuilder::negative_caching`]), and an error found
+    /// there is returned as this call's [`FetchError::Failed`].
     ///
     /// # Cancellation
     /// - Dropped while waiting for another local caller's flight: it leaves the queue.
@@ -417,8 +461,8 @@ where
 }
 
 /// What an L2 read found and decoded.
-struct L2Hit<V> {
-    value: V,
+struct L2Hit<V, E> {
+    found: Result<V, E>,
     until: Option<Instant>,
 }
 
@@ -448,8 +492,15 @@ where
         }
     }
 
-    /// Reads and decodes `key` from L2; a miss, an error and an undecodable value are all `None`.
-    async fn read_l2(&self, key: &[u8]) -> Option<L2Hit<V>> {
+    /// The negative codec for `E`, if the tier carries errors of that type through L2.
+    fn negative<E: 'static>(&self) -> Option<(&Negative<E>, Duration)> {
+        let (codec, ttl) = self.negative.as_ref()?;
+        Some((codec.downcast_ref::<Negative<E>>()?, *ttl))
+    }
+
+    /// Reads and decodes `key` from L2; a miss, an error, an undecodable entry and an error
+    /// entry of another error type are all `None`.
+    async fn read_l2<E: 'static>(&self, key: &[u8]) -> Option<L2Hit<V, E>> {
         let sent = Instant::now();
         let entry = match self.l2_call("get", self.l2.get(key)).await? {
             Some(entry) if entry.ttl != Some(Duration::ZERO) => entry,
@@ -458,35 +509,55 @@ where
                 return None;
             }
         };
-        match self.values.decode(&entry.value) {
-            Ok(value) => {
-                bump(&self.counters.l2_hits);
+        let found = match entry.value.split_first() {
+            Some((&TAG_VALUE, value)) => self.values.decode(value).map(Ok),
+            Some((&TAG_ERROR, error)) => match self.negative::<E>() {
+                Some((negative, _)) => negative.codec.decode(error).map(Err),
+                None => {
+                    // Another caller's error type: a miss for this one.
+                    bump(&self.counters.l2_misses);
+                    return None;
+                }
+            },
+            _ => Err(CodecError::decode(BadTag(entry.value.first().copied()))),
+        };
+        match found {
+            Ok(found) => {
+                if found.is_ok() {
+                    bump(&self.counters.l2_hits);
+                } else {
+                    bump(&self.counters.l2_negative_hits);
+                }
                 Some(L2Hit {
-                    value,
+                    found,
                     until: entry.ttl.map(|ttl| sent.checked_add(ttl).unwrap_or(sent)),
                 })
             }
             Err(error) => {
                 bump(&self.counters.codec_errors);
-                tracing::warn!(%error, "L2 value does not decode; treated as a miss");
+                tracing::warn!(%error, "L2 entry does not decode; treated as a miss");
                 None
             }
         }
     }
 
-    /// Records an L2 hit in `note` (L1 ttl: L2's remaining one, or `ttl_fn`'s for a value
-    /// stored in L2 without expiry).
-    fn note_hit<T: FnOnce(&V) -> Duration>(
+    /// A hit's outcome for the flight, recorded in `note` (L1 ttl: L2's remaining one, or
+    /// `ttl_fn`'s for a value stored in L2 without expiry; an error is cached by the cache for
+    /// its own `negative_ttl`).
+    fn take_hit<E, T: FnOnce(&V) -> Duration>(
         note: &SharedNote,
-        hit: &L2Hit<V>,
+        hit: L2Hit<V, E>,
         ttl_fn: T,
         source: TierSource,
-    ) {
-        let ttl = match hit.until {
-            Some(at) => Ttl::Until(at),
-            None => Ttl::For(ttl_fn(&hit.value)),
-        };
-        *note.lock() = Note { ttl, source };
+    ) -> Result<V, E> {
+        if let Ok(value) = &hit.found {
+            let ttl = match hit.until {
+                Some(at) => Ttl::Until(at),
+                None => Ttl::For(ttl_fn(value)),
+            };
+            *note.lock() = Note { ttl, source };
+        }
+        hit.found
     }
 
     /// The local leader's work: L2, then the fleet lease, then the fill.
@@ -498,6 +569,7 @@ where
         note: SharedNote,
     ) -> Result<V, E>
     where
+        E: Send + Sync + 'static,
         T: FnOnce(&V) -> Duration,
         Fut: Future<Output = Result<V, E>>,
     {
@@ -515,9 +587,8 @@ where
         };
         // The version first: anything that invalidates the key after this point fences our write.
         let version = self.l2_call("version", self.l2.version(&encoded)).await;
-        if let Some(hit) = self.read_l2(&encoded).await {
-            Self::note_hit(&note, &hit, ttl_fn, TierSource::L2);
-            return Ok(hit.value);
+        if let Some(hit) = self.read_l2::<E>(&encoded).await {
+            return Self::take_hit(&note, hit, ttl_fn, TierSource::L2);
         }
         let Some(lease) = &self.lease else {
             return self
@@ -533,13 +604,12 @@ where
             id: self.next_flight.fetch_add(1, Relaxed),
         };
         let recheck = || async {
-            let hit = self.read_l2(&encoded).await?;
+            let hit = self.read_l2::<E>(&encoded).await?;
             let Some((ttl_fn, _)) = parts.lock().take() else {
                 return Some(());
             };
             bump(&self.counters.fleet_fills_found);
-            Self::note_hit(&note, &hit, ttl_fn, TierSource::Fleet);
-            *outcome.lock() = Some(Ok(hit.value));
+            *outcome.lock() = Some(Self::take_hit(&note, hit, ttl_fn, TierSource::Fleet));
             Some(())
         };
         let fill = || async {
@@ -574,9 +644,10 @@ where
         }
     }
 
-    /// Runs the origin fill, then writes its value to L2 fenced by `version`. A refused write
-    /// (the key was invalidated since `version` was read) removes the key from L1, which fences
-    /// the cache's own write of this flight's value.
+    /// Runs the origin fill, then writes its value (or, with a negative codec for `E`, its
+    /// error) to L2 fenced by `version`. A refused write (the key was invalidated since
+    /// `version` was read) removes the key from L1, which fences the cache's own write of this
+    /// flight's outcome.
     async fn fill<E, T, Fut>(
         &self,
         key: &K,
@@ -587,32 +658,46 @@ where
         note: &SharedNote,
     ) -> Result<V, E>
     where
+        E: Send + Sync + 'static,
         T: FnOnce(&V) -> Duration,
         Fut: Future<Output = Result<V, E>>,
     {
         bump(&self.counters.fills);
-        let value = origin.await?;
-        let ttl = ttl_fn(&value);
-        *note.lock() = Note {
-            ttl: Ttl::For(ttl),
-            source: TierSource::Filled,
+        let result = origin.await;
+        let (bytes, ttl) = match &result {
+            Ok(value) => {
+                let ttl = ttl_fn(value);
+                *note.lock() = Note {
+                    ttl: Ttl::For(ttl),
+                    source: TierSource::Filled,
+                };
+                (self.values.encode(value), ttl)
+            }
+            Err(error) => match self.negative::<E>() {
+                Some((negative, ttl)) => (negative.codec.encode(error), ttl),
+                None => return result,
+            },
         };
         let Some(version) = version else {
             bump(&self.counters.skipped_writes);
-            return Ok(value);
+            return result;
         };
         if ttl < MIN_L2_TTL {
             bump(&self.counters.skipped_writes);
-            return Ok(value);
+            return result;
         }
-        let bytes = match self.values.encode(&value) {
-            Ok(bytes) => bytes,
+        let payload = match bytes {
+            Ok(payload) => payload,
             Err(error) => {
                 bump(&self.counters.codec_errors);
-                tracing::warn!(%error, "value does not encode; kept out of L2");
-                return Ok(value);
+                tracing::warn!(%error, "fill outcome does not encode; kept out of L2");
+                return result;
             }
         };
+        let tag = if result.is_ok() { TAG_VALUE } else { TAG_ERROR };
+        let mut bytes = Vec::with_capacity(payload.len() + 1);
+        bytes.push(tag);
+        bytes.extend_from_slice(&payload);
         let write = self.l2.set_if_version(encoded, version, &bytes, ttl);
         match self.l2_call("set_if_version", write).await {
             Some(true) => bump(&self.counters.l2_writes),
@@ -623,9 +708,14 @@ where
             }
             None => {}
         }
-        Ok(value)
+        result
     }
 }
+
+/// An L2 entry whose first byte is no known tag (or that is empty).
+#[derive(Debug, thiserror::Error)]
+#[error("L2 entry tag {0:?} is neither a value (0) nor an error (1)")]
+struct BadTag(Option<u8>);
 
 impl<K, V> L1Sink for Tier<K, V>
 where
