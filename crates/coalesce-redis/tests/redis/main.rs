@@ -131,5 +131,14 @@ fn main() -> std::process::ExitCode {
                 Box::pin(second_level::a_read_dropped_at_any_await_leaves_nothing_stuck(server))
             },
         ),
+        Case::redis(
+            "second_level::a_subscriber_that_never_acknowledges_costs_a_bounded_wait",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::a_subscriber_that_never_acknowledges_costs_a_bounded_wait(server),
+                )
+            },
+        ),
     ])
 }

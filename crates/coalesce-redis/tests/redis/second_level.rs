@@ -51,7 +51,9 @@ pub(crate) fn process_with(url: &str, backoff: Duration, backplane: bool, lease:
         StringCodec,
         U64Codec,
     )
-    .l2_timeout(Duration::from_millis(500));
+    .l2_timeout(Duration::from_millis(500))
+    // Longer than the L2's own wait for acknowledgements (2 s), as the builder's docs ask.
+    .invalidate_timeout(Duration::from_secs(5));
     if lease {
         let lease = RedisLease::builder(url)
             .connect_timeout(Duration::from_millis(200))
@@ -540,4 +542,23 @@ pub(crate) async fn a_read_dropped_at_any_await_leaves_nothing_stuck(server: Red
         let (w, _) = read(&a, &key, 3).await;
         assert!(w == v || w == 3, "{v} then {w}");
     }
+}
+
+/// A subscriber that hears invalidations but never acknowledges them (a stuck process) costs
+/// each `invalidate` its `ack_timeout`, not a hang, and is reported: `acked < receivers`,
+/// counted in `unacked_invalidations`.
+pub(crate) async fn a_subscriber_that_never_acknowledges_costs_a_bounded_wait(server: RedisServer) {
+    let url = server.url();
+    let a = process(&url).await;
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut stuck = client.get_async_pubsub().await.unwrap();
+    stuck.subscribe("herd:l2:bp").await.unwrap();
+    read(&a, "k", 1).await;
+    let done = guard(a.tier.invalidate(&"k".to_string()), "invalidate")
+        .await
+        .unwrap();
+    assert_eq!((done.receivers, done.acked), (2, 1), "{done:?}");
+    assert_eq!(a.tier.stats().unacked_invalidations, 1);
+    assert_eq!(a.tier.get(&"k".to_string()), None);
+    drop(stuck);
 }

@@ -131,7 +131,9 @@ where
     }
 
     /// The longest [`TieredCache::invalidate`] waits for L2 and the backplane's
-    /// acknowledgements. Default 1 s.
+    /// acknowledgements. Default 1 s. Make it longer than the L2's own bound on an invalidation
+    /// (for `RedisSecondLevel`: connect and command timeouts plus its `ack_timeout`, 850 ms by
+    /// default), or a slow acknowledgement reads as a failed invalidation.
     pub fn invalidate_timeout(mut self, limit: Duration) -> Self {
         self.invalidate_timeout = limit;
         self
