@@ -3,8 +3,10 @@
 //! Redis) and the backplane (`backplane.rs`) that makes every process drop its L1 copy.
 //!
 //! Keys: the value of key `k` (any bytes) lives at `{prefix}d:{k}`, its version at
-//! `{prefix}v:{k}`. A standalone Redis (or one primary): the scripts touch two keys, which a
-//! Redis Cluster would need in one hash slot.
+//! `{prefix}v:{k}`, and every version comes from one counter at `{prefix}counter` (so versions
+//! never repeat, not even after a version key expired or Redis restarted empty). A standalone
+//! Redis (or one primary): the scripts touch several keys, which a Redis Cluster would need in
+//! one hash slot.
 
 use std::fmt;
 use std::sync::Weak;
@@ -37,10 +39,18 @@ end
 return 1
 ";
 
-/// Bumps the version (kept `version_ttl`), deletes the value, publishes on the backplane.
+/// Gives the key a new version (kept `version_ttl`), deletes the value, publishes on the
+/// backplane. Versions come from one counter (`KEYS[3]`), never a per-key `INCR`: a per-key
+/// count restarts at 1 once its key expires, so a fill that read version 1 just before could
+/// write after an invalidation that produced 1 again. A missing counter (a fresh or restarted
+/// Redis) starts at Redis's clock in microseconds, above any version handed out before.
 const INVALIDATE: &str = r"
-local version = redis.call('INCR', KEYS[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[1])
+if redis.call('EXISTS', KEYS[3]) == 0 then
+    local now = redis.call('TIME')
+    redis.call('SET', KEYS[3], now[1] .. string.format('%06d', tonumber(now[2])))
+end
+local version = redis.call('INCR', KEYS[3])
+redis.call('SET', KEYS[2], version, 'PX', ARGV[1])
 redis.call('DEL', KEYS[1])
 local receivers = 0
 if ARGV[2] ~= '' then
@@ -125,8 +135,10 @@ impl RedisSecondLevelBuilder {
         self
     }
 
-    /// How long an invalidated key's version is kept (refreshed by each invalidation). A fill
-    /// that runs longer than this across an invalidation is no longer fenced. Default 24 h.
+    /// How long an invalidated key's version is kept (refreshed by each invalidation). Once it
+    /// is gone the key reads as version 0 again, so only a fill that read version 0 (the key had
+    /// no version) and runs longer than this across an invalidation can land after it.
+    /// Default 24 h.
     pub fn version_ttl(mut self, ttl: Duration) -> Self {
         self.version_ttl = ttl;
         self
@@ -263,6 +275,11 @@ impl RedisSecondLevel {
         [self.prefix.as_bytes(), b"v:", key].concat()
     }
 
+    /// The Redis key of the counter every version comes from.
+    pub fn counter_key(&self) -> Vec<u8> {
+        [self.prefix.as_bytes(), b"counter"].concat()
+    }
+
     /// The backplane's counters (`None` without a backplane).
     pub fn backplane_stats(&self) -> Option<BackplaneStats> {
         self.backplane.as_ref().map(Backplane::stats)
@@ -384,6 +401,7 @@ impl SecondLevel for RedisSecondLevel {
 
     async fn invalidate(&self, key: &[u8]) -> Result<Invalidated, L2Error> {
         let (data, version_key) = (self.data_key(key), self.version_key(key));
+        let counter = self.counter_key();
         let mut acks = self.backplane.as_ref().map(Backplane::expect_acks);
         let (channel, message) = match (&self.backplane, &acks) {
             (Some(backplane), Some(acks)) => (backplane.channel().to_owned(), acks.message(key)),
@@ -396,6 +414,7 @@ impl SecondLevel for RedisSecondLevel {
                 self.invalidate
                     .key(data)
                     .key(version_key)
+                    .key(counter)
                     .arg(version_ttl)
                     .arg(channel)
                     .arg(message)

@@ -140,5 +140,14 @@ fn main() -> std::process::ExitCode {
                 )
             },
         ),
+        Case::redis(
+            "second_level::versions_never_repeat_across_version_expiry_and_restarts",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::versions_never_repeat_across_version_expiry_and_restarts(server),
+                )
+            },
+        ),
     ])
 }

@@ -562,3 +562,50 @@ pub(crate) async fn a_subscriber_that_never_acknowledges_costs_a_bounded_wait(se
     assert_eq!(a.tier.get(&"k".to_string()), None);
     drop(stuck);
 }
+
+/// A key's version must not come back after its version key expired or Redis restarted empty:
+/// otherwise a fill that read version N just before could write after an invalidation that
+/// produced N again.
+pub(crate) async fn versions_never_repeat_across_version_expiry_and_restarts(
+    mut server: RedisServer,
+) {
+    let url = server.url();
+    let l2 = RedisSecondLevel::builder(&url)
+        .version_ttl(Duration::from_millis(30))
+        .reconnect_backoff(Duration::from_millis(20))
+        .backplane(false)
+        .build()
+        .unwrap();
+    let first = l2.invalidate(b"k").await.unwrap().version;
+    let fill_read = l2.version(b"k").await.unwrap();
+    assert_eq!(fill_read, first);
+    // The version key expires; a later invalidation must not reuse the version the fill read.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = l2.invalidate(b"k").await.unwrap().version;
+    assert_ne!(second, first, "a version came back after its key expired");
+    assert!(
+        !l2.set_if_version(b"k", fill_read, b"stale", TTL)
+            .await
+            .unwrap(),
+        "the fill that read the old version is fenced"
+    );
+    // Redis restarts empty: versions still do not repeat.
+    let before = l2.invalidate(b"k").await.unwrap().version;
+    server.restart().unwrap();
+    let after = guard(
+        async {
+            loop {
+                match l2.invalidate(b"k").await {
+                    Ok(done) => break done.version,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        },
+        "invalidate after the restart",
+    )
+    .await;
+    assert!(
+        after > before,
+        "{after:?} after {before:?} across a restart"
+    );
+}
