@@ -3,8 +3,10 @@
 //! Redis) and the backplane (`backplane.rs`) that makes every process drop its L1 copy.
 //!
 //! Keys: the value of key `k` (any bytes) lives at `{prefix}d:{k}`, its version at
-//! `{prefix}v:{k}`, and every version comes from one counter at `{prefix}counter` (so versions
-//! never repeat, not even after a version key expired or Redis restarted empty). A standalone
+//! `{prefix}v:{k}`, and every version comes from one counter at `{prefix}counter`; a key without
+//! a version reads as the epoch at `{prefix}epoch`. Both start from Redis's clock when missing,
+//! so versions never repeat and never match across a Redis that restarted empty (or evicted
+//! them), while the fleet invalidates less than once per microsecond on average. A standalone
 //! Redis (or one primary): the scripts touch several keys, which a Redis Cluster would need in
 //! one hash slot.
 
@@ -27,9 +29,25 @@ if not v then return false end
 return {v, redis.call('PTTL', KEYS[1])}
 ";
 
-/// Stores only while the version key still holds the caller's version (missing = 0).
+/// A key without a version reads as the store's epoch (`KEYS[2]`): Redis's clock in
+/// microseconds when the epoch was first needed. A Redis that restarted empty gets a new, later
+/// epoch, so a version read before the restart never matches after it.
+const VERSION: &str = r"
+local version = redis.call('GET', KEYS[1])
+if version then return version end
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then
+    local now = redis.call('TIME')
+    epoch = now[1] .. string.format('%06d', tonumber(now[2]))
+    redis.call('SET', KEYS[2], epoch)
+end
+return epoch
+";
+
+/// Stores only while the key's version (or, without one, the epoch `KEYS[3]`) is still the
+/// caller's.
 const SET_IF_VERSION: &str = r"
-local current = redis.call('GET', KEYS[2]) or '0'
+local current = redis.call('GET', KEYS[2]) or redis.call('GET', KEYS[3])
 if current ~= ARGV[1] then return 0 end
 if ARGV[3] == '0' then
     redis.call('SET', KEYS[1], ARGV[2])
@@ -43,7 +61,8 @@ return 1
 /// backplane. Versions come from one counter (`KEYS[3]`), never a per-key `INCR`: a per-key
 /// count restarts at 1 once its key expires, so a fill that read version 1 just before could
 /// write after an invalidation that produced 1 again. A missing counter (a fresh or restarted
-/// Redis) starts at Redis's clock in microseconds, above any version handed out before.
+/// Redis, or an evicted counter) starts at Redis's clock in microseconds, above any version or
+/// epoch handed out before (while the fleet invalidates less than once per microsecond).
 const INVALIDATE: &str = r"
 if redis.call('EXISTS', KEYS[3]) == 0 then
     local now = redis.call('TIME')
@@ -78,6 +97,7 @@ pub struct RedisSecondLevel {
     connector: Connector,
     prefix: String,
     get: redis::Script,
+    version: redis::Script,
     set_if_version: redis::Script,
     invalidate: redis::Script,
     version_ttl: Duration,
@@ -205,6 +225,7 @@ impl RedisSecondLevelBuilder {
             ),
             prefix: self.prefix,
             get: redis::Script::new(GET),
+            version: redis::Script::new(VERSION),
             set_if_version: redis::Script::new(SET_IF_VERSION),
             invalidate: redis::Script::new(INVALIDATE),
             version_ttl: self.version_ttl,
@@ -278,6 +299,11 @@ impl RedisSecondLevel {
     /// The Redis key of the counter every version comes from.
     pub fn counter_key(&self) -> Vec<u8> {
         [self.prefix.as_bytes(), b"counter"].concat()
+    }
+
+    /// The Redis key of the epoch that a key without a version reads as.
+    pub fn epoch_key(&self) -> Vec<u8> {
+        [self.prefix.as_bytes(), b"epoch"].concat()
     }
 
     /// The backplane's counters (`None` without a backplane).
@@ -358,18 +384,19 @@ impl SecondLevel for RedisSecondLevel {
     }
 
     async fn version(&self, key: &[u8]) -> Result<Version, L2Error> {
-        let version_key = self.version_key(key);
-        let version: Option<u64> = self
+        let (version_key, epoch) = (self.version_key(key), self.epoch_key());
+        let version: u64 = self
             .connector
             .run(|mut connection| async move {
-                redis::cmd("GET")
-                    .arg(version_key)
-                    .query_async(&mut connection)
+                self.version
+                    .key(version_key)
+                    .key(epoch)
+                    .invoke_async(&mut connection)
                     .await
             })
             .await
             .map_err(l2_error)?;
-        Ok(Version(version.unwrap_or(0)))
+        Ok(Version(version))
     }
 
     async fn set_if_version(
@@ -382,12 +409,14 @@ impl SecondLevel for RedisSecondLevel {
         self.check_len(value)?;
         let millis = ttl_millis(ttl)?;
         let (data, version_key) = (self.data_key(key), self.version_key(key));
+        let epoch = self.epoch_key();
         let stored: i64 = self
             .connector
             .run(|mut connection| async move {
                 self.set_if_version
                     .key(data)
                     .key(version_key)
+                    .key(epoch)
                     .arg(version.0.to_string())
                     .arg(value)
                     .arg(millis)

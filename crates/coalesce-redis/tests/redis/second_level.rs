@@ -608,4 +608,25 @@ pub(crate) async fn versions_never_repeat_across_version_expiry_and_restarts(
         after > before,
         "{after:?} after {before:?} across a restart"
     );
+    // A fill that read a key with no version, then an invalidation, then Redis restarted
+    // empty (losing the version): the fill's write must still be refused.
+    let never = l2.version(b"fresh").await.unwrap();
+    l2.invalidate(b"fresh").await.unwrap();
+    server.restart().unwrap();
+    let stored = guard(
+        async {
+            loop {
+                match l2.set_if_version(b"fresh", never, b"stale", TTL).await {
+                    Ok(stored) => break stored,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        },
+        "write after the restart",
+    )
+    .await;
+    assert!(
+        !stored,
+        "a version read before the restart matched after it"
+    );
 }
