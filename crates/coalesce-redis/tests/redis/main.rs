@@ -149,5 +149,16 @@ fn main() -> std::process::ExitCode {
                 )
             },
         ),
+        Case::redis(
+            "second_level::killing_redis_mid_invalidation_neither_hangs_nor_leaves_stale_l1",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::killing_redis_mid_invalidation_neither_hangs_nor_leaves_stale_l1(
+                        server,
+                    ),
+                )
+            },
+        ),
     ])
 }

@@ -630,3 +630,59 @@ pub(crate) async fn versions_never_repeat_across_version_expiry_and_restarts(
         "a version read before the restart matched after it"
     );
 }
+
+/// Redis killed while an invalidation waits for acknowledgements: the call returns (the L2
+/// part had happened; the missing acknowledgements are reported), nothing hangs, and once Redis
+/// is back the other process has re-subscribed and dropped its L1.
+pub(crate) async fn killing_redis_mid_invalidation_neither_hangs_nor_leaves_stale_l1(
+    mut server: RedisServer,
+) {
+    let url = server.url();
+    let a = process(&url).await;
+    let b = process(&url).await;
+    read(&a, "k", 1).await;
+    assert_eq!(read(&b, "k", 2).await, (1, TierSource::L2));
+    // A subscriber that never acknowledges keeps A's call waiting while Redis dies.
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut stuck = client.get_async_pubsub().await.unwrap();
+    stuck.subscribe("herd:l2:bp").await.unwrap();
+    let invalidating = tokio::spawn({
+        let tier = a.tier.clone();
+        async move { tier.invalidate(&"k".to_string()).await }
+    });
+    // Kill once the message is out (B has applied it) and A waits for the stuck one.
+    guard(
+        async {
+            while b.tier.stats().backplane_received < 1 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        },
+        "B hears the invalidation",
+    )
+    .await;
+    server.kill();
+    let done = guard(invalidating, "invalidate while Redis dies")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(done.acked < done.receivers, "{done:?}");
+    assert_eq!(a.tier.get(&"k".to_string()), None);
+    assert_eq!(
+        b.tier.get(&"k".to_string()),
+        None,
+        "B applied it before the kill"
+    );
+    drop(stuck);
+    server.restart().unwrap();
+    guard(
+        async {
+            while b.l2.backplane_stats().unwrap().subscriptions < 2 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+        "B re-subscribes",
+    )
+    .await;
+    let (v, _) = read(&b, "k", 3).await;
+    assert_eq!(v, 3, "the next read fills again");
+}
