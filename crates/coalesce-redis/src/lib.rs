@@ -39,8 +39,12 @@
 //! # }
 //! ```
 
+mod backplane;
 mod connection;
 mod lease;
+mod second_level;
 pub mod test_server;
 
+pub use backplane::BackplaneStats;
 pub use lease::{ConfigError, RedisLease, RedisLeaseBuilder};
+pub use second_level::{REDIS_MAX_VALUE_LEN, RedisSecondLevel, RedisSecondLevelBuilder};

@@ -37,6 +37,7 @@ pub mod lease;
 pub mod read_through;
 pub mod report;
 pub mod runner;
+pub mod second_level;
 pub mod storage;
 pub mod support;
 pub mod sweep;

@@ -78,6 +78,7 @@ pub mod pressure;
 mod read_through;
 pub mod registry;
 mod rng;
+pub mod second_level;
 mod shard;
 mod shard_lock;
 mod stats;
@@ -91,6 +92,9 @@ pub use cache::{Cache, Entry, Fence, Freshness};
 pub use clock::{Clock, CoarseClock, ManualClock, TokioClock};
 pub use error::{FetchError, InsertError, RegistryError};
 pub use read_through::{Fetched, Source};
+pub use second_level::{
+    Codec, CodecError, L2Error, SecondLevel, TierFetched, TierSource, TierStats, TieredCache,
+};
 pub use stats::Stats;
 
 /// The user guide's read-through recipe (`docs/guide/read-through.md`), compiled and run as a doc

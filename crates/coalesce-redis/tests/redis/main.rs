@@ -5,12 +5,19 @@
 //! these tests instead.
 
 mod conformance;
+mod fleet;
 mod harness;
+mod l2_conformance;
 mod lease;
+mod second_level;
 
 use harness::Case;
 
 fn main() -> std::process::ExitCode {
+    // Re-run as a child of the multi-process test: do the child's part only.
+    if let Some(code) = fleet::child() {
+        return code;
+    }
     harness::run(&[
         Case::redis(
             "lease::two_processes_fill_each_key_once_through_redis",
@@ -44,6 +51,114 @@ fn main() -> std::process::ExitCode {
             "conformance::redis_lease_passes_the_lease_suite",
             1,
             |server| Box::pin(conformance::redis_lease_passes_the_lease_suite(server)),
+        ),
+        Case::redis(
+            "second_level::an_invalidation_fences_a_fill_in_another_process",
+            2,
+            |server| {
+                Box::pin(second_level::an_invalidation_fences_a_fill_in_another_process(server))
+            },
+        ),
+        Case::redis(
+            "second_level::the_fence_holds_for_a_process_without_a_backplane",
+            2,
+            |server| {
+                Box::pin(second_level::the_fence_holds_for_a_process_without_a_backplane(server))
+            },
+        ),
+        Case::redis(
+            "second_level::an_invalidation_drops_the_l1_copy_of_every_process",
+            2,
+            |server| {
+                Box::pin(second_level::an_invalidation_drops_the_l1_copy_of_every_process(server))
+            },
+        ),
+        Case::redis(
+            "second_level::killing_redis_mid_fill_neither_hangs_nor_errs_and_the_tier_recovers",
+            2,
+            |server| {
+                Box::pin(second_level::killing_redis_mid_fill_neither_hangs_nor_errs_and_the_tier_recovers(server))
+            },
+        ),
+        Case::redis(
+            "second_level::a_process_whose_subscription_dropped_does_not_serve_an_entry_invalidated_meanwhile",
+            2,
+            |server| {
+                Box::pin(second_level::a_process_whose_subscription_dropped_does_not_serve_an_entry_invalidated_meanwhile(server))
+            },
+        ),
+        Case::redis(
+            "second_level::a_value_redis_refuses_is_served_from_l1_and_counted",
+            2,
+            |server| {
+                Box::pin(second_level::a_value_redis_refuses_is_served_from_l1_and_counted(server))
+            },
+        ),
+        Case::redis(
+            "second_level::keys_with_any_bytes_round_trip_through_redis_and_the_backplane",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::keys_with_any_bytes_round_trip_through_redis_and_the_backplane(
+                        server,
+                    ),
+                )
+            },
+        ),
+        Case::redis(
+            "fleet::eight_processes_fill_one_cold_key_once",
+            2,
+            |server| Box::pin(fleet::eight_processes_fill_one_cold_key_once(server)),
+        ),
+        Case::redis(
+            "l2_conformance::redis_second_level_passes_the_l2_suite",
+            2,
+            |server| {
+                Box::pin(l2_conformance::redis_second_level_passes_the_l2_suite(
+                    server,
+                ))
+            },
+        ),
+        Case::redis(
+            "second_level::struct_values_cross_processes_as_cbor",
+            2,
+            |server| Box::pin(second_level::struct_values_cross_processes_as_cbor(server)),
+        ),
+        Case::redis(
+            "second_level::a_read_dropped_at_any_await_leaves_nothing_stuck",
+            2,
+            |server| {
+                Box::pin(second_level::a_read_dropped_at_any_await_leaves_nothing_stuck(server))
+            },
+        ),
+        Case::redis(
+            "second_level::a_subscriber_that_never_acknowledges_costs_a_bounded_wait",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::a_subscriber_that_never_acknowledges_costs_a_bounded_wait(server),
+                )
+            },
+        ),
+        Case::redis(
+            "second_level::versions_never_repeat_across_version_expiry_and_restarts",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::versions_never_repeat_across_version_expiry_and_restarts(server),
+                )
+            },
+        ),
+        Case::redis(
+            "second_level::killing_redis_mid_invalidation_neither_hangs_nor_leaves_stale_l1",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::killing_redis_mid_invalidation_neither_hangs_nor_leaves_stale_l1(
+                        server,
+                    ),
+                )
+            },
         ),
     ])
 }

@@ -1,0 +1,380 @@
+//! The backplane: a Redis pub/sub subscriber that tells this process's tiers to drop their L1
+//! copy of a key invalidated anywhere in the fleet, and acknowledges each message so the
+//! invalidating process can wait until every subscriber has dropped its copy.
+//!
+//! Messages on the invalidation channel are `origin (8 bytes) | nonce (8 bytes) | key bytes`;
+//! after applying one, the subscriber publishes the nonce on the origin's own ack channel
+//! (`{channel}:ack:{origin in hex}`), to which only the origin subscribes.
+//!
+//! **Losing the subscription.** Redis pub/sub is fire-and-forget: a message published while a
+//! subscriber is disconnected is lost for it. The subscriber task notices a loss when its
+//! connection closes or a `PING` on it (every `ping_interval`) fails or times out, then
+//! reconnects on its own (after `reconnect_backoff`, forever). Once `SUBSCRIBE` is confirmed
+//! again it calls [`L1Sink::invalidate_all`] on every attached tier: every L1 entry stored
+//! before that moment is dropped and every fill that started before it is fenced. This is a
+//! superset of "entries written before the loss": an entry written during the gap may also have
+//! missed an invalidation, so it goes too. Safe because every invalidation published after the
+//! confirmed subscription reaches this process, and everything that could have missed one is
+//! gone; the cost is a cold L1 (L2 still answers). The first subscription clears L1 the same
+//! way (anything cached before it may have missed messages). While disconnected, L1 entries are
+//! served until their ttl (fail open); the invalidating process sees this process missing from
+//! `Invalidated::receivers`.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, watch};
+use tokio::time::timeout;
+use ttl_lru::second_level::L1Sink;
+
+use crate::connection::Connector;
+
+/// Counts of what the backplane did, since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackplaneStats {
+    /// Whether the subscriber task runs (from the first attach of a tier on a tokio runtime).
+    pub running: bool,
+    /// Whether the subscription is live now.
+    pub subscribed: bool,
+    /// Confirmed subscriptions (the first and every re-subscription).
+    pub subscriptions: u64,
+    /// Subscriptions lost (connection closed, ping failed or timed out).
+    pub losses: u64,
+    /// Invalidation messages received and applied to the attached tiers.
+    pub received: u64,
+    /// Messages that did not parse (ignored after dropping every L1 entry).
+    pub malformed: u64,
+    /// Acknowledgements sent.
+    pub acks_sent: u64,
+    /// Acknowledgements that could not be published.
+    pub ack_failures: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    subscriptions: AtomicU64,
+    losses: AtomicU64,
+    received: AtomicU64,
+    malformed: AtomicU64,
+    acks_sent: AtomicU64,
+    ack_failures: AtomicU64,
+}
+
+/// Settings of the subscriber.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) channel: String,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+    pub(crate) reconnect_backoff: Duration,
+    pub(crate) ping_interval: Duration,
+}
+
+/// What the subscriber task and the invalidating calls share.
+pub(crate) struct Shared {
+    client: redis::Client,
+    settings: Settings,
+    origin: u64,
+    /// Publishes acknowledgements (a connection of its own: the subscriber's is in pub/sub mode).
+    acks: Connector,
+    sinks: parking_lot::Mutex<Vec<Weak<dyn L1Sink>>>,
+    waiters: parking_lot::Mutex<HashMap<u64, mpsc::UnboundedSender<()>>>,
+    next_nonce: AtomicU64,
+    subscribed: watch::Sender<bool>,
+    live: AtomicBool,
+    counters: Counters,
+}
+
+/// The backplane of one `RedisSecondLevel`: its subscriber task runs from the first
+/// [`attach`](Backplane::attach) until this is dropped.
+pub(crate) struct Backplane {
+    shared: Arc<Shared>,
+    task: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Backplane {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.lock().take() {
+            task.abort();
+        }
+    }
+}
+
+/// A registered wait for acknowledgements of one message; unregisters on drop.
+pub(crate) struct AckWait<'a> {
+    shared: &'a Shared,
+    nonce: u64,
+    rx: mpsc::UnboundedReceiver<()>,
+}
+
+impl Drop for AckWait<'_> {
+    fn drop(&mut self) {
+        self.shared.waiters.lock().remove(&self.nonce);
+    }
+}
+
+impl AckWait<'_> {
+    /// The message to publish: origin, nonce, key.
+    pub(crate) fn message(&self, key: &[u8]) -> Vec<u8> {
+        let mut message = Vec::with_capacity(16 + key.len());
+        message.extend_from_slice(&self.shared.origin.to_be_bytes());
+        message.extend_from_slice(&self.nonce.to_be_bytes());
+        message.extend_from_slice(key);
+        message
+    }
+
+    /// Waits for `expected` acknowledgements, at most `limit`; returns how many came.
+    ///
+    /// # Cancellation
+    /// Dropped, it unregisters; late acknowledgements are discarded.
+    pub(crate) async fn wait(&mut self, expected: u64, limit: Duration) -> u64 {
+        let mut acked = 0;
+        let deadline = tokio::time::Instant::now() + limit;
+        while acked < expected {
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(())) => acked += 1,
+                Ok(None) | Err(_) => break,
+            }
+        }
+        acked
+    }
+}
+
+impl Backplane {
+    pub(crate) fn new(client: redis::Client, settings: Settings) -> Self {
+        let acks = Connector::new(
+            client.clone(),
+            settings.connect_timeout,
+            settings.command_timeout,
+            settings.reconnect_backoff,
+        );
+        Backplane {
+            shared: Arc::new(Shared {
+                client,
+                settings,
+                origin: origin_id(),
+                acks,
+                sinks: parking_lot::Mutex::new(Vec::new()),
+                waiters: parking_lot::Mutex::new(HashMap::new()),
+                next_nonce: AtomicU64::new(0),
+                subscribed: watch::Sender::new(false),
+                live: AtomicBool::new(false),
+                counters: Counters::default(),
+            }),
+            task: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// Registers `sink` and starts the subscriber task if it is not running (needs a tokio
+    /// runtime; without one, the sink is kept and the task starts at the next attach that has one).
+    pub(crate) fn attach(&self, sink: Weak<dyn L1Sink>) {
+        {
+            let mut sinks = self.shared.sinks.lock();
+            sinks.retain(|s| s.strong_count() > 0);
+            sinks.push(sink);
+        }
+        let mut task = self.task.lock();
+        if task.is_none() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => *task = Some(rt.spawn(subscribe_forever(Arc::clone(&self.shared)))),
+                Err(_) => {
+                    tracing::warn!("no tokio runtime: the backplane subscriber is not running")
+                }
+            }
+        }
+    }
+
+    /// Registers a wait for the acknowledgements of a message about to be published.
+    pub(crate) fn expect_acks(&self) -> AckWait<'_> {
+        let nonce = self.shared.next_nonce.fetch_add(1, Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.shared.waiters.lock().insert(nonce, tx);
+        AckWait {
+            shared: &self.shared,
+            nonce,
+            rx,
+        }
+    }
+
+    pub(crate) fn channel(&self) -> &str {
+        &self.shared.settings.channel
+    }
+
+    /// Waits until the subscription is live.
+    ///
+    /// # Cancellation
+    /// Safe to drop at any point.
+    pub(crate) async fn wait_subscribed(&self) {
+        let mut rx = self.shared.subscribed.subscribe();
+        let _ = rx.wait_for(|live| *live).await;
+    }
+
+    pub(crate) fn stats(&self) -> BackplaneStats {
+        let c = &self.shared.counters;
+        BackplaneStats {
+            running: self.task.lock().is_some(),
+            subscribed: self.shared.live.load(Relaxed),
+            subscriptions: c.subscriptions.load(Relaxed),
+            losses: c.losses.load(Relaxed),
+            received: c.received.load(Relaxed),
+            malformed: c.malformed.load(Relaxed),
+            acks_sent: c.acks_sent.load(Relaxed),
+            ack_failures: c.ack_failures.load(Relaxed),
+        }
+    }
+}
+
+fn ack_channel(channel: &str, origin: u64) -> String {
+    format!("{channel}:ack:{origin:016x}")
+}
+
+/// A per-instance random number naming this backplane's ack channel (seeded by std's
+/// `RandomState`, the process id and the time).
+fn origin_id() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    hasher.write_u128(now.as_nanos());
+    hasher.finish()
+}
+
+impl Shared {
+    fn sinks(&self) -> Vec<Arc<dyn L1Sink>> {
+        self.sinks.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    fn set_live(&self, live: bool) {
+        self.live.store(live, Relaxed);
+        self.subscribed.send_replace(live);
+    }
+}
+
+/// The subscriber task: subscribe, apply messages until the subscription is lost, back off,
+/// repeat. Ends only when aborted (its `Backplane` dropped).
+async fn subscribe_forever(shared: Arc<Shared>) {
+    loop {
+        if let Err(error) = subscribe_once(&shared).await {
+            tracing::warn!(%error, "backplane subscription lost or refused; re-subscribing");
+        }
+        if shared.live.load(Relaxed) {
+            shared.set_live(false);
+            shared.counters.losses.fetch_add(1, Relaxed);
+        }
+        tokio::time::sleep(shared.settings.reconnect_backoff).await;
+    }
+}
+
+/// Why one subscription ended.
+#[derive(Debug, thiserror::Error)]
+enum Lost {
+    #[error("{0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
+    #[error("the connection closed")]
+    Closed,
+}
+
+async fn bounded<T>(
+    limit: Duration,
+    fut: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, Lost> {
+    match timeout(limit, fut).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(Lost::TimedOut(limit)),
+    }
+}
+
+async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
+    let s = &shared.settings;
+    let pubsub = bounded(s.connect_timeout, shared.client.get_async_pubsub()).await?;
+    let (mut sink, mut stream) = pubsub.split();
+    let acks = ack_channel(&s.channel, shared.origin);
+    bounded(
+        s.command_timeout,
+        sink.subscribe(&[s.channel.as_str(), acks.as_str()]),
+    )
+    .await?;
+    // Subscribed: every message published from now on reaches us. Anything cached or being
+    // filled before now may have missed one: drop it all (see the module docs).
+    shared.counters.subscriptions.fetch_add(1, Relaxed);
+    for tier in shared.sinks() {
+        tier.invalidate_all();
+    }
+    shared.set_live(true);
+    let mut ping = tokio::time::interval(s.ping_interval);
+    ping.tick().await;
+    loop {
+        tokio::select! {
+            message = stream.next() => {
+                let Some(message) = message else { return Err(Lost::Closed) };
+                handle(shared, &acks, &message);
+            }
+            _ = ping.tick() => {
+                bounded(s.command_timeout, sink.ping::<redis::Value>()).await?;
+            }
+        }
+    }
+}
+
+fn handle(shared: &Arc<Shared>, acks: &str, message: &redis::Msg) {
+    let payload = message.get_payload_bytes();
+    if message.get_channel_name() == acks {
+        if let Ok(nonce) = <[u8; 8]>::try_from(payload) {
+            if let Some(waiter) = shared.waiters.lock().get(&u64::from_be_bytes(nonce)) {
+                let _ = waiter.send(());
+            }
+        }
+        return;
+    }
+    if payload.len() < 16 {
+        shared.counters.malformed.fetch_add(1, Relaxed);
+        tracing::warn!(
+            len = payload.len(),
+            "malformed backplane message; invalidating all of L1"
+        );
+        for tier in shared.sinks() {
+            tier.invalidate_all();
+        }
+        return;
+    }
+    let (origin, rest) = payload.split_at(8);
+    let (nonce, key) = rest.split_at(8);
+    for tier in shared.sinks() {
+        tier.invalidate_encoded(key);
+    }
+    shared.counters.received.fetch_add(1, Relaxed);
+    // Acknowledge after applying: the origin's invalidate returns once it has every ack. On a
+    // task of its own, so a slow ack never delays the next message.
+    let mut origin_bytes = [0; 8];
+    origin_bytes.copy_from_slice(origin);
+    let channel = ack_channel(&shared.settings.channel, u64::from_be_bytes(origin_bytes));
+    let nonce = nonce.to_vec();
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        let sent: Result<i64, _> = shared
+            .acks
+            .run(|mut connection| async move {
+                redis::cmd("PUBLISH")
+                    .arg(&channel)
+                    .arg(nonce)
+                    .query_async(&mut connection)
+                    .await
+            })
+            .await;
+        match sent {
+            Ok(_) => shared.counters.acks_sent.fetch_add(1, Relaxed),
+            Err(error) => {
+                tracing::warn!(%error, "backplane acknowledgement not sent");
+                shared.counters.ack_failures.fetch_add(1, Relaxed)
+            }
+        };
+    });
+}

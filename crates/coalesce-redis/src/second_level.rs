@@ -1,0 +1,467 @@
+//! [`RedisSecondLevel`]: `ttl-lru`'s [`SecondLevel`] on Redis, with the fleet-wide fence (a
+//! per-key version key, compare-and-set and invalidate as Lua scripts, so each is atomic in
+//! Redis) and the backplane (`backplane.rs`) that makes every process drop its L1 copy.
+//!
+//! Keys: the value of key `k` (any bytes) lives at `{prefix}d:{k}`, its version at
+//! `{prefix}v:{k}`, and every version comes from one counter at `{prefix}counter`; a key without
+//! a version reads as the epoch at `{prefix}epoch`. Both start from Redis's clock when missing,
+//! so versions never repeat and never match across a Redis that restarted empty (or evicted
+//! them), while the fleet invalidates less than once per microsecond on average. A standalone
+//! Redis (or one primary): the scripts touch several keys, which a Redis Cluster would need in
+//! one hash slot.
+
+use std::fmt;
+use std::sync::Weak;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use coalesce::LeaseError;
+use ttl_lru::second_level::{Invalidated, L1Sink, L2Entry, L2Error, SecondLevel, Version};
+
+use crate::backplane::{self, Backplane, BackplaneStats};
+use crate::connection::Connector;
+use crate::lease::ConfigError;
+
+/// Value and remaining ttl in one round trip (`PTTL` -1: no expiry).
+const GET: &str = r"
+local v = redis.call('GET', KEYS[1])
+if not v then return false end
+return {v, redis.call('PTTL', KEYS[1])}
+";
+
+/// A key without a version reads as the store's epoch (`KEYS[2]`): Redis's clock in
+/// microseconds when the epoch was first needed. A Redis that restarted empty gets a new, later
+/// epoch, so a version read before the restart never matches after it.
+const VERSION: &str = r"
+local version = redis.call('GET', KEYS[1])
+if version then return version end
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then
+    local now = redis.call('TIME')
+    epoch = now[1] .. string.format('%06d', tonumber(now[2]))
+    redis.call('SET', KEYS[2], epoch)
+end
+return epoch
+";
+
+/// Stores only while the key's version (or, without one, the epoch `KEYS[3]`) is still the
+/// caller's.
+const SET_IF_VERSION: &str = r"
+local current = redis.call('GET', KEYS[2]) or redis.call('GET', KEYS[3])
+if current ~= ARGV[1] then return 0 end
+if ARGV[3] == '0' then
+    redis.call('SET', KEYS[1], ARGV[2])
+else
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1
+";
+
+/// Gives the key a new version (kept `version_ttl`), deletes the value, publishes on the
+/// backplane. Versions come from one counter (`KEYS[3]`), never a per-key `INCR`: a per-key
+/// count restarts at 1 once its key expires, so a fill that read version 1 just before could
+/// write after an invalidation that produced 1 again. A missing counter (a fresh or restarted
+/// Redis, or an evicted counter) starts at Redis's clock in microseconds, above any version or
+/// epoch handed out before (while the fleet invalidates less than once per microsecond).
+const INVALIDATE: &str = r"
+if redis.call('EXISTS', KEYS[3]) == 0 then
+    local now = redis.call('TIME')
+    redis.call('SET', KEYS[3], now[1] .. string.format('%06d', tonumber(now[2])))
+end
+local version = redis.call('INCR', KEYS[3])
+redis.call('SET', KEYS[2], version, 'PX', ARGV[1])
+redis.call('DEL', KEYS[1])
+local receivers = 0
+if ARGV[2] ~= '' then
+    receivers = redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return {version, receivers}
+";
+
+/// Redis's default `proto-max-bulk-len`: the largest value it accepts.
+pub const REDIS_MAX_VALUE_LEN: usize = 512 * 1024 * 1024;
+
+/// A second level in Redis, shared by every process that talks to the same Redis with the same
+/// key prefix.
+///
+/// Every call is bounded (at most `connect_timeout` to (re)connect, then `command_timeout`),
+/// reconnects on its own after `reconnect_backoff`, and answers an [`L2Error`] instead of
+/// hanging. [`invalidate`](SecondLevel::invalidate) additionally waits up to `ack_timeout` for
+/// the backplane's acknowledgements.
+///
+/// # Cancellation
+/// Each call's await is its round trip; dropped there, the command may still run in Redis
+/// (atomically: a script runs whole or not at all). A dropped `invalidate` may have bumped the
+/// version and published without waiting for the acknowledgements.
+pub struct RedisSecondLevel {
+    connector: Connector,
+    prefix: String,
+    get: redis::Script,
+    version: redis::Script,
+    set_if_version: redis::Script,
+    invalidate: redis::Script,
+    version_ttl: Duration,
+    ack_timeout: Duration,
+    max_value_len: usize,
+    backplane: Option<Backplane>,
+}
+
+impl fmt::Debug for RedisSecondLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisSecondLevel")
+            .field("prefix", &self.prefix)
+            .field("backplane", &self.backplane.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`RedisSecondLevel`].
+#[derive(Debug, Clone)]
+pub struct RedisSecondLevelBuilder {
+    url: String,
+    prefix: String,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    reconnect_backoff: Duration,
+    version_ttl: Duration,
+    ack_timeout: Duration,
+    ping_interval: Duration,
+    max_value_len: usize,
+    backplane: bool,
+}
+
+impl RedisSecondLevelBuilder {
+    /// Prefix of every key (and of the backplane channel, `{prefix}bp`). Default `"herd:l2:"`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Longest wait to (re)connect. Default 250 ms.
+    pub fn connect_timeout(mut self, limit: Duration) -> Self {
+        self.connect_timeout = limit;
+        self
+    }
+
+    /// Longest wait for one command's answer. Default 100 ms.
+    pub fn command_timeout(mut self, limit: Duration) -> Self {
+        self.command_timeout = limit;
+        self
+    }
+
+    /// After a failed connect (or a lost subscription), wait this long before the next. Default 1 s.
+    pub fn reconnect_backoff(mut self, backoff: Duration) -> Self {
+        self.reconnect_backoff = backoff;
+        self
+    }
+
+    /// How long an invalidated key's version is kept (refreshed by each invalidation). Once it
+    /// is gone the key reads as version 0 again, so only a fill that read version 0 (the key had
+    /// no version) and runs longer than this across an invalidation can land after it.
+    /// Default 24 h.
+    pub fn version_ttl(mut self, ttl: Duration) -> Self {
+        self.version_ttl = ttl;
+        self
+    }
+
+    /// Longest wait, in `invalidate`, for the backplane's acknowledgements. Default 500 ms.
+    pub fn ack_timeout(mut self, limit: Duration) -> Self {
+        self.ack_timeout = limit;
+        self
+    }
+
+    /// How often the subscriber pings Redis to notice a silently dead connection. Default 1 s.
+    pub fn ping_interval(mut self, interval: Duration) -> Self {
+        self.ping_interval = interval;
+        self
+    }
+
+    /// Values longer than this are refused with [`L2Error::TooLarge`] before they are sent.
+    /// Default [`REDIS_MAX_VALUE_LEN`]; set it to your server's `proto-max-bulk-len`.
+    pub fn max_value_len(mut self, limit: usize) -> Self {
+        self.max_value_len = limit;
+        self
+    }
+
+    /// Whether to run the backplane (subscribe, acknowledge, publish invalidations). Default on.
+    pub fn backplane(mut self, on: bool) -> Self {
+        self.backplane = on;
+        self
+    }
+
+    /// Checks the settings and builds it. Does not connect: the first call (or the backplane's
+    /// first attach) does.
+    pub fn build(self) -> Result<RedisSecondLevel, ConfigError> {
+        for (limit, what) in [
+            (self.connect_timeout, "connect timeout"),
+            (self.command_timeout, "command timeout"),
+            (self.ack_timeout, "ack timeout"),
+            (self.ping_interval, "ping interval"),
+            (self.version_ttl, "version ttl"),
+        ] {
+            if limit.is_zero() {
+                return Err(ConfigError::ZeroTimeout(what));
+            }
+        }
+        let client = redis::Client::open(self.url.as_str()).map_err(ConfigError::Url)?;
+        let backplane = self.backplane.then(|| {
+            Backplane::new(
+                client.clone(),
+                backplane::Settings {
+                    channel: format!("{}bp", self.prefix),
+                    connect_timeout: self.connect_timeout,
+                    command_timeout: self.command_timeout,
+                    reconnect_backoff: self.reconnect_backoff,
+                    ping_interval: self.ping_interval,
+                },
+            )
+        });
+        Ok(RedisSecondLevel {
+            connector: Connector::new(
+                client,
+                self.connect_timeout,
+                self.command_timeout,
+                self.reconnect_backoff,
+            ),
+            prefix: self.prefix,
+            get: redis::Script::new(GET),
+            version: redis::Script::new(VERSION),
+            set_if_version: redis::Script::new(SET_IF_VERSION),
+            invalidate: redis::Script::new(INVALIDATE),
+            version_ttl: self.version_ttl,
+            ack_timeout: self.ack_timeout,
+            max_value_len: self.max_value_len,
+            backplane,
+        })
+    }
+}
+
+/// Redis's answer turned into the tier's error.
+fn l2_error(error: LeaseError) -> L2Error {
+    match error {
+        LeaseError::TimedOut(limit) => L2Error::TimedOut(limit),
+        other => L2Error::unavailable(other),
+    }
+}
+
+/// `ttl` in whole milliseconds for `PX` (rounded down, so L2 never keeps a value longer than
+/// asked); `0` means no expiry.
+fn ttl_millis(ttl: Duration) -> Result<u64, L2Error> {
+    if ttl < Duration::from_millis(1) {
+        return Err(L2Error::InvalidTtl(ttl));
+    }
+    // Redis keeps expiry times as signed 64-bit milliseconds since the epoch; beyond a
+    // quarter of that range the value simply does not expire.
+    let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    Ok(if millis > i64::MAX as u64 / 4 {
+        0
+    } else {
+        millis
+    })
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl RedisSecondLevel {
+    /// A second level on the Redis at `url`, with default settings.
+    pub fn new(url: &str) -> Result<Self, ConfigError> {
+        Self::builder(url).build()
+    }
+
+    /// Starts a builder for the Redis at `url`.
+    pub fn builder(url: impl Into<String>) -> RedisSecondLevelBuilder {
+        RedisSecondLevelBuilder {
+            url: url.into(),
+            prefix: "herd:l2:".to_owned(),
+            connect_timeout: Duration::from_millis(250),
+            command_timeout: Duration::from_millis(100),
+            reconnect_backoff: Duration::from_secs(1),
+            version_ttl: Duration::from_secs(24 * 3600),
+            ack_timeout: Duration::from_millis(500),
+            ping_interval: Duration::from_secs(1),
+            max_value_len: REDIS_MAX_VALUE_LEN,
+            backplane: true,
+        }
+    }
+
+    /// The Redis key of `key`'s value.
+    pub fn data_key(&self, key: &[u8]) -> Vec<u8> {
+        [self.prefix.as_bytes(), b"d:", key].concat()
+    }
+
+    /// The Redis key of `key`'s version.
+    pub fn version_key(&self, key: &[u8]) -> Vec<u8> {
+        [self.prefix.as_bytes(), b"v:", key].concat()
+    }
+
+    /// The Redis key of the counter every version comes from.
+    pub fn counter_key(&self) -> Vec<u8> {
+        [self.prefix.as_bytes(), b"counter"].concat()
+    }
+
+    /// The Redis key of the epoch that a key without a version reads as.
+    pub fn epoch_key(&self) -> Vec<u8> {
+        [self.prefix.as_bytes(), b"epoch"].concat()
+    }
+
+    /// The backplane's counters (`None` without a backplane).
+    pub fn backplane_stats(&self) -> Option<BackplaneStats> {
+        self.backplane.as_ref().map(Backplane::stats)
+    }
+
+    /// Waits until the backplane's subscription is live (returns at once without a backplane).
+    ///
+    /// # Cancellation
+    /// Safe to drop at any point.
+    pub async fn wait_subscribed(&self) {
+        if let Some(backplane) = &self.backplane {
+            backplane.wait_subscribed().await;
+        }
+    }
+
+    fn check_len(&self, value: &[u8]) -> Result<(), L2Error> {
+        if value.len() > self.max_value_len {
+            return Err(L2Error::TooLarge {
+                len: value.len(),
+                limit: self.max_value_len,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SecondLevel for RedisSecondLevel {
+    async fn get(&self, key: &[u8]) -> Result<Option<L2Entry>, L2Error> {
+        let data = self.data_key(key);
+        let found: Option<(Vec<u8>, i64)> =
+            self.connector
+                .run(|mut connection| async move {
+                    self.get.key(data).invoke_async(&mut connection).await
+                })
+                .await
+                .map_err(l2_error)?;
+        Ok(found.and_then(|(value, pttl)| match pttl {
+            -1 => Some(L2Entry { value, ttl: None }),
+            ms if ms > 0 => Some(L2Entry {
+                value,
+                ttl: Some(Duration::from_millis(ms.unsigned_abs())),
+            }),
+            _ => None,
+        }))
+    }
+
+    async fn set(&self, key: &[u8], value: &[u8], ttl: Duration) -> Result<(), L2Error> {
+        self.check_len(value)?;
+        let millis = ttl_millis(ttl)?;
+        let data = self.data_key(key);
+        self.connector
+            .run(|mut connection| async move {
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(data).arg(value);
+                if millis > 0 {
+                    cmd.arg("PX").arg(millis);
+                }
+                cmd.query_async::<()>(&mut connection).await
+            })
+            .await
+            .map_err(l2_error)
+    }
+
+    async fn delete(&self, key: &[u8]) -> Result<(), L2Error> {
+        let data = self.data_key(key);
+        self.connector
+            .run(|mut connection| async move {
+                redis::cmd("DEL")
+                    .arg(data)
+                    .query_async::<()>(&mut connection)
+                    .await
+            })
+            .await
+            .map_err(l2_error)
+    }
+
+    async fn version(&self, key: &[u8]) -> Result<Version, L2Error> {
+        let (version_key, epoch) = (self.version_key(key), self.epoch_key());
+        let version: u64 = self
+            .connector
+            .run(|mut connection| async move {
+                self.version
+                    .key(version_key)
+                    .key(epoch)
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await
+            .map_err(l2_error)?;
+        Ok(Version(version))
+    }
+
+    async fn set_if_version(
+        &self,
+        key: &[u8],
+        version: Version,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, L2Error> {
+        self.check_len(value)?;
+        let millis = ttl_millis(ttl)?;
+        let (data, version_key) = (self.data_key(key), self.version_key(key));
+        let epoch = self.epoch_key();
+        let stored: i64 = self
+            .connector
+            .run(|mut connection| async move {
+                self.set_if_version
+                    .key(data)
+                    .key(version_key)
+                    .key(epoch)
+                    .arg(version.0.to_string())
+                    .arg(value)
+                    .arg(millis)
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await
+            .map_err(l2_error)?;
+        Ok(stored == 1)
+    }
+
+    async fn invalidate(&self, key: &[u8]) -> Result<Invalidated, L2Error> {
+        let (data, version_key) = (self.data_key(key), self.version_key(key));
+        let counter = self.counter_key();
+        let mut acks = self.backplane.as_ref().map(Backplane::expect_acks);
+        let (channel, message) = match (&self.backplane, &acks) {
+            (Some(backplane), Some(acks)) => (backplane.channel().to_owned(), acks.message(key)),
+            _ => (String::new(), Vec::new()),
+        };
+        let version_ttl = ms(self.version_ttl);
+        let (version, receivers): (u64, u64) = self
+            .connector
+            .run(|mut connection| async move {
+                self.invalidate
+                    .key(data)
+                    .key(version_key)
+                    .key(counter)
+                    .arg(version_ttl)
+                    .arg(channel)
+                    .arg(message)
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await
+            .map_err(l2_error)?;
+        let acked = match acks.as_mut() {
+            Some(acks) => acks.wait(receivers, self.ack_timeout).await,
+            None => 0,
+        };
+        Ok(Invalidated::new(Version(version), receivers, acked))
+    }
+
+    fn attach(&self, sink: Weak<dyn L1Sink>) {
+        if let Some(backplane) = &self.backplane {
+            backplane.attach(sink);
+        }
+    }
+}

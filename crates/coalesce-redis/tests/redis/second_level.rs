@@ -1,0 +1,688 @@
+//! `RedisSecondLevel` under `ttl_lru::TieredCache` on a real `redis-server`, each "process" a
+//! cache + tier with its own connections: the fleet-wide fence (an invalidation in A while B
+//! fills keeps B's value out of L2 and every L1), the backplane (every process drops its copy
+//! before `invalidate` returns), Redis killed mid-fill and restarted (no hang, recovery, no
+//! entry invalidated during the subscription gap served), values Redis refuses, keys with any
+//! bytes. Run by `main.rs`'s harness, which hands each test a fresh server.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
+
+use coalesce::DistributedGroup;
+use coalesce_redis::test_server::RedisServer;
+use coalesce_redis::{RedisLease, RedisSecondLevel};
+use tokio::sync::Notify;
+use ttl_lru::second_level::{BytesCodec, StringCodec, TierSource, U64Codec};
+use ttl_lru::{Cache, SecondLevel, TieredCache};
+
+/// Guards against a hang: far above anything these tests should take, and the only wall-clock
+/// limit here (nothing asserts on elapsed time).
+const HANG_GUARD: Duration = Duration::from_secs(30);
+const TTL: Duration = Duration::from_secs(60);
+
+type Tier = TieredCache<String, u64>;
+
+fn l2(url: &str, backoff: Duration, backplane: bool) -> Arc<RedisSecondLevel> {
+    Arc::new(
+        RedisSecondLevel::builder(url)
+            .connect_timeout(Duration::from_millis(200))
+            .command_timeout(Duration::from_millis(200))
+            .reconnect_backoff(backoff)
+            .ping_interval(Duration::from_millis(100))
+            .ack_timeout(Duration::from_secs(2))
+            .backplane(backplane)
+            .build()
+            .unwrap(),
+    )
+}
+
+/// One "process": its own cache, its own connections, its own subscriber.
+pub(crate) struct Proc {
+    pub(crate) tier: Tier,
+    pub(crate) l2: Arc<RedisSecondLevel>,
+}
+
+pub(crate) fn process_with(url: &str, backoff: Duration, backplane: bool, lease: bool) -> Proc {
+    let l2 = l2(url, backoff, backplane);
+    let mut builder = TieredCache::builder(
+        Cache::new(1000),
+        l2.clone() as Arc<dyn SecondLevel>,
+        StringCodec,
+        U64Codec,
+    )
+    .l2_timeout(Duration::from_millis(500))
+    // Longer than the L2's own wait for acknowledgements (2 s), as the builder's docs ask.
+    .invalidate_timeout(Duration::from_secs(5));
+    if lease {
+        let lease = RedisLease::builder(url)
+            .connect_timeout(Duration::from_millis(200))
+            .command_timeout(Duration::from_millis(200))
+            .reconnect_backoff(Duration::from_millis(50))
+            .build()
+            .unwrap();
+        builder = builder.lease(
+            DistributedGroup::builder(Arc::new(lease))
+                .ttl(Duration::from_secs(10))
+                .poll_interval(Duration::from_millis(10))
+                .lease_timeout(Duration::from_millis(500)),
+        );
+    }
+    Proc {
+        tier: builder.build().unwrap(),
+        l2,
+    }
+}
+
+async fn process(url: &str) -> Proc {
+    let p = process_with(url, Duration::from_millis(50), true, false);
+    guard(p.l2.wait_subscribed(), "subscribe").await;
+    p
+}
+
+async fn guard<T>(fut: impl std::future::Future<Output = T>, what: &str) -> T {
+    tokio::time::timeout(HANG_GUARD, fut)
+        .await
+        .unwrap_or_else(|_| panic!("hung: {what}"))
+}
+
+async fn read(p: &Proc, key: &str, value: u64) -> (u64, TierSource) {
+    let got = guard(
+        p.tier.get_or_try_insert(
+            key.to_string(),
+            |_| TTL,
+            move || async move { Ok::<_, String>(value) },
+        ),
+        "read",
+    )
+    .await
+    .unwrap();
+    (got.value, got.source)
+}
+
+/// A separate connection's view of L2 (no tier, no backplane).
+fn observer(url: &str) -> Arc<RedisSecondLevel> {
+    l2(url, Duration::from_millis(50), false)
+}
+
+/// Starts B's fill of `key` (value `value`), gated: returns once the fill runs.
+async fn gated_fill(
+    b: &Proc,
+    key: &str,
+    value: u64,
+) -> (Arc<Notify>, tokio::task::JoinHandle<u64>) {
+    let gate = Arc::new(Notify::new());
+    let started = Arc::new(Notify::new());
+    let task = tokio::spawn({
+        let (tier, gate, started, key) = (
+            b.tier.clone(),
+            gate.clone(),
+            started.clone(),
+            key.to_string(),
+        );
+        async move {
+            tier.get_or_try_insert(
+                key,
+                |_| TTL,
+                move || async move {
+                    started.notify_one();
+                    gate.notified().await;
+                    Ok::<_, String>(value)
+                },
+            )
+            .await
+            .unwrap()
+            .value
+        }
+    });
+    guard(started.notified(), "fill start").await;
+    (gate, task)
+}
+
+async fn fence_case(b_has_backplane: bool, server: &RedisServer) {
+    let url = server.url();
+    let a = process(&url).await;
+    let b = process_with(&url, Duration::from_millis(50), b_has_backplane, false);
+    b.l2.wait_subscribed().await;
+    let seen = observer(&url);
+    assert_eq!(read(&a, "k", 1).await, (1, TierSource::Filled));
+    seen.delete(b"k").await.unwrap(); // B misses L2 and fills
+    let (gate, filling) = gated_fill(&b, "k", 1).await;
+    let done = guard(a.tier.invalidate(&"k".to_string()), "invalidate")
+        .await
+        .unwrap();
+    let expected = if b_has_backplane { 2 } else { 1 };
+    assert_eq!((done.receivers, done.acked), (expected, expected));
+    // A's call returned: B's value must reach no L2 and no L1 from now on.
+    gate.notify_one();
+    assert_eq!(
+        guard(filling, "fill").await.unwrap(),
+        1,
+        "B's callers get B's value"
+    );
+    assert_eq!(seen.get(b"k").await.unwrap(), None, "not in L2");
+    assert_eq!(a.tier.get(&"k".to_string()), None, "not in A's L1");
+    assert_eq!(b.tier.get(&"k".to_string()), None, "not in B's L1");
+    assert_eq!(b.tier.stats().fenced_writes, 1);
+    // The next read anywhere fills again.
+    assert_eq!(read(&b, "k", 2).await, (2, TierSource::Filled));
+    assert_eq!(read(&a, "k", 3).await, (2, TierSource::L2));
+}
+
+pub(crate) async fn an_invalidation_fences_a_fill_in_another_process(server: RedisServer) {
+    fence_case(true, &server).await;
+}
+
+/// Without B's backplane only the L2 compare-and-set tells B: its refused write must also keep
+/// the value out of B's own L1.
+pub(crate) async fn the_fence_holds_for_a_process_without_a_backplane(server: RedisServer) {
+    fence_case(false, &server).await;
+}
+
+pub(crate) async fn an_invalidation_drops_the_l1_copy_of_every_process(server: RedisServer) {
+    let url = server.url();
+    let mut procs = Vec::new();
+    for _ in 0..4 {
+        procs.push(process(&url).await);
+    }
+    assert_eq!(read(&procs[0], "k", 7).await, (7, TierSource::Filled));
+    for p in &procs[1..] {
+        assert_eq!(read(p, "k", 8).await, (7, TierSource::L2));
+    }
+    let done = guard(procs[3].tier.invalidate(&"k".to_string()), "invalidate")
+        .await
+        .unwrap();
+    assert_eq!(
+        (done.receivers, done.acked),
+        (4, 4),
+        "every subscriber acknowledged"
+    );
+    // Acknowledged means dropped: no wait needed, nobody serves the old value.
+    for p in &procs {
+        assert_eq!(p.tier.get(&"k".to_string()), None);
+    }
+    for (i, p) in procs.iter().enumerate() {
+        let (v, _) = read(p, "k", 100 + i as u64).await;
+        assert_eq!(
+            v, 100,
+            "the first reader refilled, the rest read it from L2"
+        );
+    }
+    let received: u64 = procs
+        .iter()
+        .map(|p| p.tier.stats().backplane_received)
+        .sum();
+    assert_eq!(received, 4);
+    // A healthy subscription survives its keep-alive pings (every 100 ms here).
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    for p in &procs {
+        let stats = p.l2.backplane_stats().unwrap();
+        assert_eq!((stats.subscriptions, stats.losses), (1, 0), "{stats:?}");
+    }
+}
+
+pub(crate) async fn killing_redis_mid_fill_neither_hangs_nor_errs_and_the_tier_recovers(
+    mut server: RedisServer,
+) {
+    let url = server.url();
+    let a = process(&url).await;
+    let b = process_with(&url, Duration::from_millis(50), true, true);
+    b.l2.wait_subscribed().await;
+    let (gate, filling) = gated_fill(&b, "k", 5).await;
+    server.kill();
+    gate.notify_one();
+    assert_eq!(guard(filling, "fill during the outage").await.unwrap(), 5);
+    // Redis down: every read still answers (L1 and local fills), none hangs.
+    for i in 0..20 {
+        assert_eq!(read(&a, &format!("down{i}"), i).await.0, i);
+        assert_eq!(read(&b, &format!("down{i}"), i + 1).await.0, i + 1);
+    }
+    assert!(a.tier.stats().l2_errors + a.tier.stats().l2_timeouts > 0);
+    assert!(
+        guard(
+            a.tier.invalidate(&"k".to_string()),
+            "invalidate during the outage"
+        )
+        .await
+        .is_err(),
+        "an invalidation that could not reach the fleet says so"
+    );
+    server.restart().unwrap();
+    // Both subscribers come back on their own; their L1s were dropped on re-subscription.
+    for p in [&a, &b] {
+        guard(
+            async {
+                while p.l2.backplane_stats().unwrap().subscriptions < 2 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            "re-subscription",
+        )
+        .await;
+        assert_eq!(
+            p.tier.get(&"down1".to_string()),
+            None,
+            "L1 from before the loss is gone"
+        );
+    }
+    // L2 works again: a fill lands in L2 and the other process reads it there.
+    guard(
+        async {
+            loop {
+                let (_, source) = read(&a, "after", 9).await;
+                if source == TierSource::Filled
+                    && observer(&url).get(b"after").await.ok().flatten().is_some()
+                {
+                    break;
+                }
+                a.tier.cache().invalidate(&"after".to_string());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+        "L2 writes resume",
+    )
+    .await;
+    assert_eq!(read(&b, "after", 10).await, (9, TierSource::L2));
+}
+
+pub(crate) async fn a_process_whose_subscription_dropped_does_not_serve_an_entry_invalidated_meanwhile(
+    mut server: RedisServer,
+) {
+    let url = server.url();
+    let a = process(&url).await;
+    // B re-subscribes slowly, so A's invalidation falls in B's gap.
+    let b = process_with(&url, Duration::from_secs(2), true, false);
+    guard(b.l2.wait_subscribed(), "subscribe").await;
+    assert_eq!(read(&a, "k", 1).await, (1, TierSource::Filled));
+    assert_eq!(read(&b, "k", 2).await, (1, TierSource::L2));
+    server.restart().unwrap();
+    let done = guard(
+        async {
+            loop {
+                match a.tier.invalidate(&"k".to_string()).await {
+                    Ok(done) => break done,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        },
+        "invalidate after the restart",
+    )
+    .await;
+    assert_eq!(
+        b.l2.backplane_stats().unwrap().subscriptions,
+        1,
+        "B was still in its gap when A invalidated ({done:?})"
+    );
+    guard(
+        async {
+            while b.l2.backplane_stats().unwrap().subscriptions < 2 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+        "B re-subscribes on its own",
+    )
+    .await;
+    assert_eq!(
+        b.tier.get(&"k".to_string()),
+        None,
+        "B does not serve the invalidated entry"
+    );
+    assert!(b.tier.stats().backplane_resyncs >= 2);
+}
+
+pub(crate) async fn a_value_redis_refuses_is_served_from_l1_and_counted(server: RedisServer) {
+    let url = server.url();
+    let admin = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = admin.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("proto-max-bulk-len")
+        .arg(1024 * 1024)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let l2 = l2(&url, Duration::from_millis(50), false);
+    let tier: TieredCache<String, Vec<u8>> = TieredCache::builder(
+        Cache::new(10),
+        l2.clone() as Arc<dyn SecondLevel>,
+        StringCodec,
+        BytesCodec,
+    )
+    .build()
+    .unwrap();
+    let big = vec![7u8; 2 * 1024 * 1024];
+    let got = guard(
+        tier.get_or_try_insert(
+            "big".to_string(),
+            |_| TTL,
+            || {
+                let big = big.clone();
+                async move { Ok::<_, String>(big) }
+            },
+        ),
+        "big fill",
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.value.len(), big.len());
+    assert_eq!(tier.stats().l2_errors, 1, "{:?}", tier.stats());
+    assert_eq!(
+        tier.get(&"big".to_string()).map(|v| v.len()),
+        Some(big.len())
+    );
+    // A value within the limit still goes through (the connection recovered).
+    guard(
+        async {
+            loop {
+                let small = tier
+                    .get_or_try_insert(
+                        format!("small{}", tier.stats().fills),
+                        |_| TTL,
+                        || async { Ok::<_, String>(vec![1u8; 10]) },
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(small.value.len(), 10);
+                if tier.stats().l2_writes > 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+        "recovery",
+    )
+    .await;
+    // The typed refusal before sending.
+    let capped = RedisSecondLevel::builder(&url)
+        .max_value_len(4)
+        .build()
+        .unwrap();
+    let err = capped.set(b"k", b"12345", TTL).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "value of 5 bytes exceeds the second level's limit of 4 bytes"
+    );
+}
+
+pub(crate) async fn keys_with_any_bytes_round_trip_through_redis_and_the_backplane(
+    server: RedisServer,
+) {
+    let url = server.url();
+    let mk = || {
+        let l2 = l2(&url, Duration::from_millis(50), true);
+        let tier: TieredCache<Vec<u8>, u64> = TieredCache::builder(
+            Cache::new(10),
+            l2.clone() as Arc<dyn SecondLevel>,
+            BytesCodec,
+            U64Codec,
+        )
+        .build()
+        .unwrap();
+        (tier, l2)
+    };
+    let ((a, la), (b, lb)) = (mk(), mk());
+    guard(la.wait_subscribed(), "a").await;
+    guard(lb.wait_subscribed(), "b").await;
+    let fills = Arc::new(AtomicUsize::new(0));
+    for key in [
+        vec![],
+        vec![0u8, 0xFF, b'\n', b' ', b'{', b'}'],
+        vec![0xC3, 0x28],
+        b"d:v:".to_vec(),
+    ] {
+        let fill = || {
+            let fills = fills.clone();
+            async move {
+                fills.fetch_add(1, SeqCst);
+                Ok::<_, String>(9)
+            }
+        };
+        a.get_or_try_insert(key.clone(), |_| TTL, fill)
+            .await
+            .unwrap();
+        let got = b
+            .get_or_try_insert(key.clone(), |_| TTL, fill)
+            .await
+            .unwrap();
+        assert_eq!(got.source, TierSource::L2, "{key:?}");
+        let done = guard(a.invalidate(&key), "invalidate").await.unwrap();
+        assert_eq!(done.acked, 2, "{key:?}");
+        assert_eq!(b.get(&key), None, "{key:?}");
+    }
+    assert_eq!(fills.load(SeqCst), 4);
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct User {
+    id: u64,
+    name: String,
+}
+
+/// A struct value crosses processes as CBOR; a value another codec wrote under the key is a
+/// decode error counted as a miss, refilled and overwritten (the key is not poisoned).
+pub(crate) async fn struct_values_cross_processes_as_cbor(server: RedisServer) {
+    use ttl_lru::second_level::CborCodec;
+    let url = server.url();
+    let mk = || {
+        let l2 = l2(&url, Duration::from_millis(50), false);
+        TieredCache::builder(
+            Cache::<String, User>::new(10),
+            l2 as Arc<dyn SecondLevel>,
+            StringCodec,
+            CborCodec::<User>::new(),
+        )
+        .build()
+        .unwrap()
+    };
+    let (a, b) = (mk(), mk());
+    let ada = User {
+        id: 1,
+        name: "Ada".into(),
+    };
+    let fill = |user: User| move || async move { Ok::<_, String>(user) };
+    a.get_or_try_insert("u".into(), |_| TTL, fill(ada.clone()))
+        .await
+        .unwrap();
+    let got = b
+        .get_or_try_insert("u".into(), |_| TTL, fill(ada.clone()))
+        .await
+        .unwrap();
+    assert_eq!((got.value, got.source), (ada.clone(), TierSource::L2));
+    observer(&url)
+        .set(b"garbage", &[0xFF, 0x00, 0x13], TTL)
+        .await
+        .unwrap();
+    let got = a
+        .get_or_try_insert("garbage".into(), |_| TTL, fill(ada.clone()))
+        .await
+        .unwrap();
+    assert_eq!(got.source, TierSource::Filled);
+    assert_eq!(a.stats().codec_errors, 1);
+    let got = b
+        .get_or_try_insert("garbage".into(), |_| TTL, fill(ada.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        got.source,
+        TierSource::L2,
+        "the refill overwrote the bad bytes"
+    );
+}
+
+/// A read dropped after 0, 1, 2... polls (at the L2 version read, the L2 read, the lease, the
+/// fill or the fenced write, wherever the polls land) leaves no flight behind, and the next
+/// read, in this process or another, answers.
+pub(crate) async fn a_read_dropped_at_any_await_leaves_nothing_stuck(server: RedisServer) {
+    use futures::FutureExt;
+    let url = server.url();
+    let a = process_with(&url, Duration::from_millis(50), true, true);
+    let b = process_with(&url, Duration::from_millis(50), true, true);
+    for polls in 0..40 {
+        let key = format!("k{polls}");
+        {
+            let fut = a.tier.get_or_try_insert(
+                key.clone(),
+                |_| TTL,
+                || async {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    Ok::<_, String>(1)
+                },
+            );
+            let mut fut = std::pin::pin!(fut);
+            for _ in 0..polls {
+                if (&mut fut).now_or_never().is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        assert_eq!(a.tier.cache().fills_in_flight(), 0, "after {polls} polls");
+        let (v, _) = read(&b, &key, 2).await;
+        assert!(v == 1 || v == 2);
+        let (w, _) = read(&a, &key, 3).await;
+        assert!(w == v || w == 3, "{v} then {w}");
+    }
+}
+
+/// A subscriber that hears invalidations but never acknowledges them (a stuck process) costs
+/// each `invalidate` its `ack_timeout`, not a hang, and is reported: `acked < receivers`,
+/// counted in `unacked_invalidations`.
+pub(crate) async fn a_subscriber_that_never_acknowledges_costs_a_bounded_wait(server: RedisServer) {
+    let url = server.url();
+    let a = process(&url).await;
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut stuck = client.get_async_pubsub().await.unwrap();
+    stuck.subscribe("herd:l2:bp").await.unwrap();
+    read(&a, "k", 1).await;
+    let done = guard(a.tier.invalidate(&"k".to_string()), "invalidate")
+        .await
+        .unwrap();
+    assert_eq!((done.receivers, done.acked), (2, 1), "{done:?}");
+    assert_eq!(a.tier.stats().unacked_invalidations, 1);
+    assert_eq!(a.tier.get(&"k".to_string()), None);
+    drop(stuck);
+}
+
+/// A key's version must not come back after its version key expired or Redis restarted empty:
+/// otherwise a fill that read version N just before could write after an invalidation that
+/// produced N again.
+pub(crate) async fn versions_never_repeat_across_version_expiry_and_restarts(
+    mut server: RedisServer,
+) {
+    let url = server.url();
+    let l2 = RedisSecondLevel::builder(&url)
+        .version_ttl(Duration::from_millis(30))
+        .reconnect_backoff(Duration::from_millis(20))
+        .backplane(false)
+        .build()
+        .unwrap();
+    let first = l2.invalidate(b"k").await.unwrap().version;
+    let fill_read = l2.version(b"k").await.unwrap();
+    assert_eq!(fill_read, first);
+    // The version key expires; a later invalidation must not reuse the version the fill read.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = l2.invalidate(b"k").await.unwrap().version;
+    assert_ne!(second, first, "a version came back after its key expired");
+    assert!(
+        !l2.set_if_version(b"k", fill_read, b"stale", TTL)
+            .await
+            .unwrap(),
+        "the fill that read the old version is fenced"
+    );
+    // Redis restarts empty: versions still do not repeat.
+    let before = l2.invalidate(b"k").await.unwrap().version;
+    server.restart().unwrap();
+    let after = guard(
+        async {
+            loop {
+                match l2.invalidate(b"k").await {
+                    Ok(done) => break done.version,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        },
+        "invalidate after the restart",
+    )
+    .await;
+    assert!(
+        after > before,
+        "{after:?} after {before:?} across a restart"
+    );
+    // A fill that read a key with no version, then an invalidation, then Redis restarted
+    // empty (losing the version): the fill's write must still be refused.
+    let never = l2.version(b"fresh").await.unwrap();
+    l2.invalidate(b"fresh").await.unwrap();
+    server.restart().unwrap();
+    let stored = guard(
+        async {
+            loop {
+                match l2.set_if_version(b"fresh", never, b"stale", TTL).await {
+                    Ok(stored) => break stored,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        },
+        "write after the restart",
+    )
+    .await;
+    assert!(
+        !stored,
+        "a version read before the restart matched after it"
+    );
+}
+
+/// Redis killed while an invalidation waits for acknowledgements: the call returns (the L2
+/// part had happened; the missing acknowledgements are reported), nothing hangs, and once Redis
+/// is back the other process has re-subscribed and dropped its L1.
+pub(crate) async fn killing_redis_mid_invalidation_neither_hangs_nor_leaves_stale_l1(
+    mut server: RedisServer,
+) {
+    let url = server.url();
+    let a = process(&url).await;
+    let b = process(&url).await;
+    read(&a, "k", 1).await;
+    assert_eq!(read(&b, "k", 2).await, (1, TierSource::L2));
+    // A subscriber that never acknowledges keeps A's call waiting while Redis dies.
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut stuck = client.get_async_pubsub().await.unwrap();
+    stuck.subscribe("herd:l2:bp").await.unwrap();
+    let invalidating = tokio::spawn({
+        let tier = a.tier.clone();
+        async move { tier.invalidate(&"k".to_string()).await }
+    });
+    // Kill once the message is out (B has applied it) and A waits for the stuck one.
+    guard(
+        async {
+            while b.tier.stats().backplane_received < 1 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        },
+        "B hears the invalidation",
+    )
+    .await;
+    server.kill();
+    let done = guard(invalidating, "invalidate while Redis dies")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(done.acked < done.receivers, "{done:?}");
+    assert_eq!(a.tier.get(&"k".to_string()), None);
+    assert_eq!(
+        b.tier.get(&"k".to_string()),
+        None,
+        "B applied it before the kill"
+    );
+    drop(stuck);
+    server.restart().unwrap();
+    guard(
+        async {
+            while b.l2.backplane_stats().unwrap().subscriptions < 2 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+        "B re-subscribes",
+    )
+    .await;
+    let (v, _) = read(&b, "k", 3).await;
+    assert_eq!(v, 3, "the next read fills again");
+}
