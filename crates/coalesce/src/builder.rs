@@ -70,7 +70,7 @@ impl<K, V, E> Default for GroupBuilder<K, V, E> {
 }
 
 impl<K, V, E> GroupBuilder<K, V, E> {
-    /// A follower gives up with [`FlightError::TimedOut`](crate::FlightError::TimedOut) after
+    /// A follower gives up with [`FlightError::WaitTimedOut`](crate::FlightError::WaitTimedOut) after
     /// waiting this long; the flight itself goes on. Default: wait as long as the flight lasts.
     /// Uses tokio's timer: waits then need a tokio runtime with time enabled.
     pub fn wait_timeout(mut self, timeout: Duration) -> Self {

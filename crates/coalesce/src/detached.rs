@@ -46,7 +46,7 @@ where
         let leader = leader.into_owned();
         // Subscribe before spawning, so the result cannot be published before we listen.
         let Some(wait) = leader.subscribe(self) else {
-            // Superseded already (takeover): our fill would publish nothing, so run it here
+            // Taken over already: our fill would publish nothing, so run it here
             // and return its result to this caller alone.
             let result = make_fut().await;
             return leader.finish(result);

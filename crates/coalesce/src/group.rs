@@ -222,7 +222,7 @@ where
                     Ok(joined) => joined,
                     Err(_elapsed) => {
                         stats::record_timeout(&self.inner.shards[shard].timed_out);
-                        Joined::Done(Err(FlightError::TimedOut))
+                        Joined::Done(Err(FlightError::WaitTimedOut))
                     }
                 }
             }
@@ -320,7 +320,7 @@ where
                 promoted: None,
             };
             drop(state);
-            counts.record(Event::Superseded);
+            counts.record(Event::TakenOver);
             return Entered::Lead(lead_id(token));
         }
         let slot = state.waiters.push(true, None);
@@ -428,7 +428,7 @@ impl<K: Hash + Eq, V, E> Locked<'_, K, V, E> {
         );
         match self.state.promote_next(token, self.inner.stamp()) {
             Some(wake) => {
-                self.map.counts.record(Event::TookOver);
+                self.map.counts.record(Event::HandedOff);
                 wake
             }
             None => self.end(otherwise),

@@ -7,7 +7,7 @@
 //! lookup and one removal, with no flight lock, no allocation and no `Arc` traffic. Only when
 //! the entry has been upgraded to a shared flight (somebody waits) does the flight protocol run.
 //!
-//! Every path checks the lead's token first: a lead superseded by a takeover (or whose entry
+//! Every path checks the lead's token first: a lead replaced by a takeover (or whose entry
 //! is gone) changes nothing and publishes nothing.
 //!
 //! Two code shapes here are deliberate, found with `perf` on the uncontended benchmark. A
@@ -144,7 +144,7 @@ impl<K: Hash + Eq, V: Clone, E> Inner<K, V, E> {
         let flight = match map.find(lead.hash, lead.id) {
             Some(flight) => Arc::clone(flight),
             None => {
-                // Superseded, and the newer lead has already ended the entry.
+                // Taken over, and the newer lead has already ended the entry.
                 drop(map);
                 return Own::Kept(result).into_result();
             }
@@ -217,7 +217,7 @@ impl<K: Hash + Eq, V, E> Inner<K, V, E> {
         };
         self.transition(map, &flight, |locked| {
             if locked.state.open_token() != Some(lead.token) {
-                // Superseded: the flight belongs to a newer leader now.
+                // Taken over: the flight belongs to a newer leader now.
                 return ((), Wake::Nobody);
             }
             ((), locked.pass_lead(Phase::Abandoned))

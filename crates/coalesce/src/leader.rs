@@ -101,7 +101,7 @@ impl<K: Hash + Eq, V: Clone, E> Leader<'_, K, V, E> {
     ///
     /// Under [`ErrorPolicy::HandOff`](crate::ErrorPolicy::HandOff) an error is not shared: the
     /// next follower able to lead is handed the flight and retries (followers that cannot lead
-    /// still get the error if nobody can). A stale leader (superseded after `takeover_after`)
+    /// still get the error if nobody can). A stale leader (taken over after `takeover_after`)
     /// publishes nothing; it still gets its own result back.
     pub fn finish(mut self, result: Result<V, E>) -> Result<V, FlightError<E>> {
         // In place, never moved out of `self` (that copied it across the pieces that wrote
@@ -176,7 +176,7 @@ impl<K: Hash + Eq, V: Clone, E> OwnedLeader<K, V, E> {
     /// Registers the leader's own caller as a follower that cannot lead, before the fill moves
     /// to another task: the caller then waits for the result like any follower, borrowing
     /// `group` (this leader's own group: the leader itself moves to the task). `None` if this
-    /// lead was superseded meanwhile (the flight may even have ended already).
+    /// lead was taken over meanwhile (the flight may even have ended already).
     #[cfg(feature = "tokio")]
     pub(crate) fn subscribe<'g>(&self, group: &'g Group<K, V, E>) -> Option<Wait<'g, K, V, E>>
     where

@@ -9,7 +9,8 @@
 //! `select!` branch, an aborted task, a client that went away). Code that would clear the marker
 //! after the await never runs, and every later request for the key hangs. Here the lead is a
 //! guard, [`Leader`], whose `Drop` hands the flight to exactly one waiting follower (oldest
-//! first), which runs its own fill. Every transition is model-checked with loom.
+//! first), which runs its own fill. The flight state machine is model-checked with loom; see
+//! [what is model-checked](#what-is-model-checked) for which parts, and what is not.
 //!
 //! The core types:
 //! - [`Group`]: the sharded map of flights; [`Group::run`] is the one-call API.
@@ -61,6 +62,19 @@
 //! [`DistributedGroup`] adds a cross-process fill lease ([`FillLease`]; [`MemoryLease`] here,
 //! Redis in `coalesce-redis`) so a fleet fills a key about once, not once per process. It fails
 //! open: a lease service that errs or is slow never stops a fill.
+//!
+//! # What is model-checked
+//! The loom models (`tests/loom.rs`, run with `cargo xtask loom coalesce`, preemption bound 2)
+//! cover the in-process flight: a leader finishing or dropped with followers waiting, a follower
+//! joining, cancelled, or handed the lead and cancelled before taking it, a lone entry upgraded
+//! to a shared flight while its leader finishes or is dropped, and removal by identity after
+//! `forget` (a stale lead never ends a newer flight).
+//!
+//! Not model-checked: takeover after `takeover_after`, [`ErrorPolicy::HandOff`], the wait
+//! timeout, detached fills' subscribers and a distributed refresh's stand-down (tested with
+//! tokio's paused clock in `tests/semantics.rs` and `tests/lease_distributed.rs` only). Nor is
+//! what loom cannot see: tokio's timers and spawned tasks, and the [`DistributedGroup`] lease
+//! protocol between processes.
 //!
 //! # Features
 //! - `tokio` (default): [`Group::run_detached`], a fill on a spawned task that survives its

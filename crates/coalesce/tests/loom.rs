@@ -283,6 +283,6 @@ fn forgotten_shared_flight_hands_its_lead_on() {
         assert_eq!(waiter.join().unwrap(), (4, true));
         assert_eq!(newer.join().unwrap(), 9);
         assert_eq!(group.in_flight(), 0);
-        assert_eq!(group.stats().took_over, 1);
+        assert_eq!(group.stats().handed_off, 1);
     });
 }
