@@ -13,6 +13,9 @@ pub(crate) struct Config {
     pub(crate) takeover_after: Option<Duration>,
     pub(crate) shards: usize,
     pub(crate) on_error: ErrorPolicy,
+    /// The clock of lead ages in the loom build (see `loom_seams.rs`).
+    #[cfg(herd_loom)]
+    pub(crate) clock: crate::loom_seams::ManualClock,
 }
 
 impl Default for Config {
@@ -22,6 +25,8 @@ impl Default for Config {
             takeover_after: None,
             shards: default_shards(),
             on_error: ErrorPolicy::Share,
+            #[cfg(herd_loom)]
+            clock: Default::default(),
         }
     }
 }
@@ -56,7 +61,7 @@ type Types<K, V, E> = fn() -> (K, V, E);
 /// ```
 #[derive(Debug)]
 pub struct GroupBuilder<K, V, E> {
-    config: Config,
+    pub(crate) config: Config,
     _types: PhantomData<Types<K, V, E>>,
 }
 

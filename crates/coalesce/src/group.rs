@@ -2,8 +2,10 @@
 //! shared flight that need its shard lock.
 
 use std::fmt;
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::hash::Hash;
+use std::pin::{Pin, pin};
+use std::task::Poll;
 
 use hashbrown::hash_table::Entry as TableEntry;
 use tokio::time::Instant;
@@ -210,23 +212,42 @@ where
         map.forget(hash, |e| e.key == *key)
     }
 
+    /// A follower's wait, given up after the group's `wait_timeout` (if any).
     pub(crate) async fn wait_with_timeout<'g>(
         &'g self,
         wait: Wait<'g, K, V, E>,
     ) -> Joined<'g, K, V, E> {
         match self.inner.config.wait_timeout {
             None => wait.await,
-            Some(limit) => {
-                let shard = wait.shard();
-                match tokio::time::timeout(limit, wait).await {
-                    Ok(joined) => joined,
-                    Err(_elapsed) => {
-                        stats::record_timeout(&self.inner.shards[shard].timed_out);
-                        Joined::Done(Err(FlightError::WaitTimedOut))
-                    }
-                }
-            }
+            Some(limit) => self.wait_or_give_up(wait, tokio::time::sleep(limit)).await,
         }
+    }
+
+    /// Waits until `wait` resolves or `give_up` does, whichever comes first (`wait` is polled
+    /// first, so a lead or a result ready at the deadline is taken). Giving up drops the wait,
+    /// which is the whole state transition of a timeout: the follower leaves the queue, and a
+    /// lead handed to it but not yet taken passes to the next follower (see `Wait`'s `Drop`).
+    ///
+    /// `give_up` is tokio's timer in [`wait_with_timeout`](Group::wait_with_timeout); the loom
+    /// models, which cannot see tokio's timers, pass a signal raised by a racing thread.
+    pub(crate) async fn wait_or_give_up<'g>(
+        &'g self,
+        mut wait: Wait<'g, K, V, E>,
+        give_up: impl Future<Output = ()>,
+    ) -> Joined<'g, K, V, E> {
+        let mut give_up = pin!(give_up);
+        let outcome = poll_fn(|cx| match Pin::new(&mut wait).poll(cx) {
+            Poll::Ready(joined) => Poll::Ready(Some(joined)),
+            Poll::Pending => give_up.as_mut().poll(cx).map(|()| None),
+        })
+        .await;
+        if let Some(joined) = outcome {
+            return joined;
+        }
+        let shard = wait.shard();
+        drop(wait);
+        stats::record_timeout(&self.inner.shards[shard].timed_out);
+        Joined::Done(Err(FlightError::WaitTimedOut))
     }
 
     /// Leads `key` if nobody does (or the current leader is older than `takeover_after`),
@@ -333,14 +354,26 @@ where
 
 impl<K, V, E> Inner<K, V, E> {
     fn stamp(&self) -> Option<Instant> {
-        self.config.takeover_after.map(|_| Instant::now())
+        self.config.takeover_after.map(|_| self.now())
     }
 
     fn takeover_due(&self, since: Option<Instant>) -> bool {
         match (self.config.takeover_after, since) {
-            (Some(age), Some(since)) => since.elapsed() >= age,
+            (Some(age), Some(since)) => self.now().saturating_duration_since(since) >= age,
             _ => false,
         }
+    }
+
+    /// The clock of lead ages: tokio's (so tests can pause it).
+    #[cfg(not(herd_loom))]
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    /// The clock of lead ages in the loom build: advanced by the model (see `loom_seams.rs`).
+    #[cfg(herd_loom)]
+    fn now(&self) -> Instant {
+        self.config.clock.now()
     }
 }
 

@@ -65,16 +65,24 @@
 //!
 //! # What is model-checked
 //! The loom models (`tests/loom.rs`, run with `cargo xtask loom coalesce`, preemption bound 2)
-//! cover the in-process flight: a leader finishing or dropped with followers waiting, a follower
-//! joining, cancelled, or handed the lead and cancelled before taking it, a lone entry upgraded
-//! to a shared flight while its leader finishes or is dropped, and removal by identity after
-//! `forget` (a stale lead never ends a newer flight).
+//! cover the in-process flight: a leader finishing or dropped with followers waiting; a
+//! follower joining, cancelled, or handed the lead and cancelled before taking it; a lone
+//! entry upgraded to a shared flight while its leader finishes or is dropped; removal by
+//! identity after `forget`; takeover of a leader older than `takeover_after` racing its late
+//! finish or its drop; [`ErrorPolicy::HandOff`]; a wait timeout racing a hand-off or a finish;
+//! a detached fill's subscriber when the fill publishes, fails or dies; and a distributed
+//! refresh standing down. Each checks that one caller leads a flight at a time, that no waiter
+//! is left unwoken, that a stale lead never ends a newer flight, and that the [`Stats`]
+//! counters agree with what the callers saw.
 //!
-//! Not model-checked: takeover after `takeover_after`, [`ErrorPolicy::HandOff`], the wait
-//! timeout, detached fills' subscribers and a distributed refresh's stand-down (tested with
-//! tokio's paused clock in `tests/semantics.rs` and `tests/lease_distributed.rs` only). Nor is
-//! what loom cannot see: tokio's timers and spawned tasks, and the [`DistributedGroup`] lease
-//! protocol between processes.
+//! Loom cannot see tokio's timers, tasks or clock, so where the code waits on them the models
+//! drive the same transitions through seams that exist only in the loom build: a manual clock
+//! for lead ages, a racing "give up" in place of the wait timeout's timer (the timeout's effect
+//! is dropping the follower's wait, which is what runs), a loom thread in place of the spawned
+//! task, and the refresh's stand-down called directly. Not model-checked: tokio's timers and
+//! scheduling themselves, and the [`DistributedGroup`] lease protocol (acquire, re-check,
+//! renew, background release), which is tested on tokio's paused clock in
+//! `tests/lease_distributed.rs`.
 //!
 //! # Features
 //! - `tokio` (default): [`Group::run_detached`], a fill on a spawned task that survives its
@@ -93,6 +101,8 @@ mod join;
 mod lead;
 mod leader;
 pub mod lease;
+#[cfg(herd_loom)]
+mod loom_seams;
 mod shard;
 mod stats;
 mod sync;
@@ -102,12 +112,18 @@ mod waiters;
 use std::hash::Hash;
 
 pub use builder::GroupBuilder;
+#[cfg(all(herd_loom, feature = "tokio"))]
+#[doc(hidden)]
+pub use detached::Spawn;
 #[cfg(feature = "tokio")]
 pub use distributed::{DistributedBuilder, DistributedGroup, LeaseStats, Refresh, SettingsError};
 pub use error::{ErrorPolicy, FlightError};
 pub use group::Group;
 pub use leader::{Leader, OwnedLeader};
 pub use lease::{Acquire, FillLease, LeaseError, LeaseToken, MemoryLease};
+#[cfg(herd_loom)]
+#[doc(hidden)]
+pub use loom_seams::ManualClock;
 pub use stats::Stats;
 
 /// What [`Group::join`] produced: the lead, or the outcome of another caller's flight.
