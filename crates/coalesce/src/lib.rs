@@ -84,7 +84,17 @@
 //! renew, background release), which is tested on tokio's paused clock in
 //! `tests/lease_distributed.rs`.
 //!
+//! # Observability
+//! [`Group::stats`] snapshots the outcome counters. Every step of a flight is also a `tracing`
+//! event (target `coalesce`: lead, join, hand-off, takeover, abandon, stand-down, wait timeout,
+//! finish with its outcome), emitted outside every lock; keys appear in them only in groups
+//! built with [`GroupBuilder::trace_keys`]. With no subscriber a fill pays one relaxed load per
+//! event site and no key is formatted. The `metrics` feature adds counters and histograms.
+//!
 //! # Features
+//! - `metrics`: a counter for every [`Stats`] field and histograms of fill duration and
+//!   follower wait, through the `metrics` facade (names and labels in
+//!   [`GroupBuilder::metrics_name`]'s notes). Off by default.
 //! - `tokio` (default): [`Group::run_detached`], a fill on a spawned task that survives its
 //!   caller, and [`DistributedGroup`], whose lease releases run on spawned tasks. Wait timeouts
 //!   and takeover ages always use tokio's clock, so tests can pause it.
@@ -103,9 +113,12 @@ mod leader;
 pub mod lease;
 #[cfg(herd_loom)]
 mod loom_seams;
+#[cfg(feature = "metrics")]
+mod meter;
 mod shard;
 mod stats;
 mod sync;
+mod trace;
 mod wait;
 mod waiters;
 

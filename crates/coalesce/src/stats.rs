@@ -57,6 +57,19 @@ pub(crate) enum Event {
     Failed,
 }
 
+#[cfg(feature = "metrics")]
+impl Event {
+    /// Every event, in declaration order (so `event as usize` indexes this).
+    pub(crate) const ALL: [Event; 6] = [
+        Event::Led,
+        Event::Joined,
+        Event::HandedOff,
+        Event::TakenOver,
+        Event::Abandoned,
+        Event::Failed,
+    ];
+}
+
 impl Counts {
     pub(crate) fn record(&mut self, event: Event) {
         let counter = match event {
