@@ -170,3 +170,17 @@ fn a_group_built_before_the_recorder_records_nothing() {
     assert_eq!(group.stats().led, 1);
     assert!(rec.0.counters.lock().unwrap().is_empty());
 }
+
+#[test]
+fn a_lone_failure_is_counted_once_its_lock_is_released() {
+    let rec = Rec::default();
+    let group: G =
+        metrics::with_local_recorder(&rec, || Group::builder().metrics_name("lone").build());
+    // Nobody waits: the entry stays lone, finished under one shard lock.
+    let leader = leads(group.join(1).now_or_never());
+    assert!(leader.finish(Err("down")).is_err());
+    assert_eq!(rec.stats("lone"), group.stats());
+    assert_eq!((group.stats().led, group.stats().failed), (1, 1));
+    let failed = rec.samples("coalesce_fill_duration_seconds{group=lone,outcome=failed}");
+    assert_eq!(failed, 1);
+}
