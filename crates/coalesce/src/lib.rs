@@ -88,13 +88,14 @@
 //! [`Group::stats`] snapshots the outcome counters. Every step of a flight is also a `tracing`
 //! event (target `coalesce`: lead, join, hand-off, takeover, abandon, stand-down, wait timeout,
 //! finish with its outcome), emitted outside every lock; keys appear in them only in groups
-//! built with [`GroupBuilder::trace_keys`]. With no subscriber a fill pays one relaxed load per
-//! event site and no key is formatted. The `metrics` feature adds counters and histograms.
+//! built with [`GroupBuilder::trace_keys`]. Whether a fill is traced is decided once, when its
+//! lead is taken: with no subscriber that is one relaxed load and a branch per fill, and no key
+//! is cloned or formatted. The `metrics` feature adds counters and histograms.
 //!
 //! # Features
 //! - `metrics`: a counter for every [`Stats`] field and histograms of fill duration and
-//!   follower wait, through the `metrics` facade (names and labels in
-//!   [`GroupBuilder::metrics_name`]'s notes). Off by default.
+//!   follower wait, through the `metrics` facade (names and labels in the notes of
+//!   `GroupBuilder::metrics_name`; `examples/prometheus.rs` renders them). Off by default.
 //! - `tokio` (default): [`Group::run_detached`], a fill on a spawned task that survives its
 //!   caller, and [`DistributedGroup`], whose lease releases run on spawned tasks. Wait timeouts
 //!   and takeover ages always use tokio's clock, so tests can pause it.
