@@ -1,10 +1,12 @@
 //! Configuration of a [`Group`].
 
+use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
 use crate::ErrorPolicy;
 use crate::group::Group;
+use crate::trace::KeyLabel;
 
 /// The settings a group runs with; see [`GroupBuilder`] for what each one means.
 #[derive(Debug, Clone)]
@@ -13,6 +15,12 @@ pub(crate) struct Config {
     pub(crate) takeover_after: Option<Duration>,
     pub(crate) shards: usize,
     pub(crate) on_error: ErrorPolicy,
+    /// The clock of lead ages in the loom build (see `loom_seams.rs`).
+    #[cfg(herd_loom)]
+    pub(crate) clock: crate::loom_seams::ManualClock,
+    /// The `group` label of this group's metrics.
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics_name: Option<String>,
 }
 
 impl Default for Config {
@@ -22,6 +30,10 @@ impl Default for Config {
             takeover_after: None,
             shards: default_shards(),
             on_error: ErrorPolicy::Share,
+            #[cfg(herd_loom)]
+            clock: Default::default(),
+            #[cfg(feature = "metrics")]
+            metrics_name: None,
         }
     }
 }
@@ -56,7 +68,8 @@ type Types<K, V, E> = fn() -> (K, V, E);
 /// ```
 #[derive(Debug)]
 pub struct GroupBuilder<K, V, E> {
-    config: Config,
+    pub(crate) config: Config,
+    key_label: KeyLabel<K>,
     _types: PhantomData<Types<K, V, E>>,
 }
 
@@ -64,13 +77,14 @@ impl<K, V, E> Default for GroupBuilder<K, V, E> {
     fn default() -> Self {
         Self {
             config: Config::default(),
+            key_label: None,
             _types: PhantomData,
         }
     }
 }
 
 impl<K, V, E> GroupBuilder<K, V, E> {
-    /// A follower gives up with [`FlightError::TimedOut`](crate::FlightError::TimedOut) after
+    /// A follower gives up with [`FlightError::WaitTimedOut`](crate::FlightError::WaitTimedOut) after
     /// waiting this long; the flight itself goes on. Default: wait as long as the flight lasts.
     /// Uses tokio's timer: waits then need a tokio runtime with time enabled.
     pub fn wait_timeout(mut self, timeout: Duration) -> Self {
@@ -100,8 +114,52 @@ impl<K, V, E> GroupBuilder<K, V, E> {
         self
     }
 
+    /// Labels keys in this group's `tracing` events (a `key` field) with `K`'s `Debug`. The
+    /// key is formatted only when a subscriber records the event. Default: events carry the
+    /// lead's `generation` but no key (keys may be personal data, or costly to format).
+    pub fn trace_keys(mut self) -> Self
+    where
+        K: fmt::Debug,
+    {
+        self.key_label = Some(<K as fmt::Debug>::fmt);
+        self
+    }
+
+    /// Labels keys in this group's `tracing` events with `label` (to redact or shorten them),
+    /// as [`trace_keys`](GroupBuilder::trace_keys) does with `Debug`.
+    pub fn trace_keys_with(
+        mut self,
+        label: fn(&K, &mut fmt::Formatter<'_>) -> fmt::Result,
+    ) -> Self {
+        self.key_label = Some(label);
+        self
+    }
+
+    /// Names the group in its metrics (the label `group`; unnamed groups' metrics have no
+    /// such label and add up together). The metrics are:
+    ///
+    /// | metric | kind | what |
+    /// |---|---|---|
+    /// | `coalesce_led_total` | counter | [`Stats::led`](crate::Stats::led) |
+    /// | `coalesce_joined_total` | counter | [`Stats::joined`](crate::Stats::joined) |
+    /// | `coalesce_handed_off_total` | counter | [`Stats::handed_off`](crate::Stats::handed_off) |
+    /// | `coalesce_taken_over_total` | counter | [`Stats::taken_over`](crate::Stats::taken_over) |
+    /// | `coalesce_abandoned_total` | counter | [`Stats::abandoned`](crate::Stats::abandoned) |
+    /// | `coalesce_wait_timed_out_total` | counter | [`Stats::timed_out`](crate::Stats::timed_out) |
+    /// | `coalesce_failed_total` | counter | [`Stats::failed`](crate::Stats::failed) |
+    /// | `coalesce_fill_duration_seconds` | histogram, `outcome` = `ok` / `failed` | from taking a lead to finishing it |
+    /// | `coalesce_follower_wait_seconds` | histogram | a follower's wait, until it got a result, was handed the lead, gave up or was dropped |
+    ///
+    /// Handles are registered by [`build`](GroupBuilder::build) with the recorder installed
+    /// then: install the recorder before building groups.
+    #[cfg(feature = "metrics")]
+    pub fn metrics_name(mut self, name: impl Into<String>) -> Self {
+        self.config.metrics_name = Some(name.into());
+        self
+    }
+
     /// Builds the group.
     pub fn build(self) -> Group<K, V, E> {
-        Group::with_config(self.config)
+        Group::with_config(self.config, self.key_label)
     }
 }

@@ -34,11 +34,30 @@ where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
+        let on_runtime = || tokio::runtime::Handle::try_current().ok().map(OnRuntime);
+        self.run_detached_on(key, make_fut, on_runtime).await
+    }
+
+    /// [`run_detached`](Group::run_detached) with the spawner as an input: `spawner` is asked
+    /// once this caller leads (`None`: nowhere to spawn, fill inline). The loom models pass
+    /// one that runs the fill on a loom thread, or drops it unpolled as a runtime shutting
+    /// down would.
+    pub(crate) async fn run_detached_on<F, Fut, S>(
+        &self,
+        key: K,
+        make_fut: F,
+        spawner: impl FnOnce() -> Option<S>,
+    ) -> Result<V, FlightError<E>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        S: Spawn,
+    {
         let leader = match self.join(key).await {
             Joined::Leader(leader) => leader,
             Joined::Done(result) => return result,
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        let Some(spawner) = spawner() else {
             let result = make_fut().await;
             return leader.finish(result);
         };
@@ -46,13 +65,13 @@ where
         let leader = leader.into_owned();
         // Subscribe before spawning, so the result cannot be published before we listen.
         let Some(wait) = leader.subscribe(self) else {
-            // Superseded already (takeover): our fill would publish nothing, so run it here
-            // and return its result to this caller alone.
+            // Taken over already: our fill would publish nothing, so run it here and return
+            // its result to this caller alone.
             let result = make_fut().await;
             return leader.finish(result);
         };
         let fill = make_fut();
-        runtime.spawn(async move {
+        spawner.spawn(async move {
             let result = fill.await;
             // The outcome reaches this caller through `wait`.
             let _ = leader.finish(result);
@@ -63,5 +82,23 @@ where
                 unreachable!("a follower that cannot lead is never handed the lead")
             }
         }
+    }
+}
+
+/// Where a detached fill runs: a seam between [`Group::run_detached`] and tokio, so that the
+/// loom models (which cannot see tokio's tasks) run the same code with loom threads.
+#[cfg_attr(not(herd_loom), allow(unreachable_pub))]
+pub trait Spawn {
+    /// Runs `task` to completion somewhere else, or drops it (a runtime shutting down).
+    fn spawn<T: Future<Output = ()> + Send + 'static>(self, task: T);
+}
+
+/// The tokio runtime the caller runs on.
+struct OnRuntime(tokio::runtime::Handle);
+
+impl Spawn for OnRuntime {
+    fn spawn<T: Future<Output = ()> + Send + 'static>(self, task: T) {
+        // Detached: the outcome travels through the flight, not the join handle.
+        drop(self.0.spawn(task));
     }
 }

@@ -4,7 +4,7 @@
 //! Built on the public API only ([`Group::join`], [`Leader::finish`]): the in-process flight
 //! decides which caller of this process leads, the lease decides which process fills.
 //!
-//! The rules (those of the cachekit crate's `flight.rs` fill lock): suppression is an optimisation,
+//! The rules (cachekit's distributed fill lock, in its `flight.rs`): suppression is an optimisation,
 //! never an availability dependency. A lease service that errs or answers late means "fill now"
 //! (traced). A lease held by another process means "re-check the shared cache every
 //! `poll_interval`", and fill anyway once one lease time-to-live has passed since this process's

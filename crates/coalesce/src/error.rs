@@ -11,9 +11,11 @@ use std::sync::Arc;
 pub enum FlightError<E> {
     /// The leader's fill returned this error.
     Failed(Arc<E>),
-    /// This caller waited longer than the group's `wait_timeout`. The flight itself goes on and
-    /// later callers still join it.
-    TimedOut,
+    /// This caller's wait on another caller's fill ran out: it waited longer than the group's
+    /// `wait_timeout`. The flight itself goes on and later callers still join it. (Across the
+    /// workspace, `WaitTimedOut` is always a wait on someone else's fill; a fill that itself ran
+    /// out of time is `FillTimedOut`.)
+    WaitTimedOut,
     /// The flight ended without a result and this caller could not take it over: its own fill had
     /// already been handed to a detached task that died (panicked, or its runtime shut down)
     /// before publishing, and no other waiting caller was able to lead.
@@ -34,7 +36,7 @@ impl<E> Clone for FlightError<E> {
     fn clone(&self) -> Self {
         match self {
             Self::Failed(e) => Self::Failed(Arc::clone(e)),
-            Self::TimedOut => Self::TimedOut,
+            Self::WaitTimedOut => Self::WaitTimedOut,
             Self::Abandoned => Self::Abandoned,
         }
     }
@@ -44,7 +46,7 @@ impl<E: PartialEq> PartialEq for FlightError<E> {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
             (Self::Failed(a), Self::Failed(b)) => a == b,
-            (Self::TimedOut, Self::TimedOut) | (Self::Abandoned, Self::Abandoned) => true,
+            (Self::WaitTimedOut, Self::WaitTimedOut) | (Self::Abandoned, Self::Abandoned) => true,
             _ => false,
         }
     }
@@ -54,7 +56,7 @@ impl<E: fmt::Debug> fmt::Debug for FlightError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Failed(e) => f.debug_tuple("Failed").field(e).finish(),
-            Self::TimedOut => f.write_str("TimedOut"),
+            Self::WaitTimedOut => f.write_str("WaitTimedOut"),
             Self::Abandoned => f.write_str("Abandoned"),
         }
     }
@@ -64,7 +66,7 @@ impl<E: fmt::Display> fmt::Display for FlightError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Failed(e) => write!(f, "the fill failed: {e}"),
-            Self::TimedOut => f.write_str("timed out waiting for another caller's fill"),
+            Self::WaitTimedOut => f.write_str("timed out waiting for another caller's fill"),
             Self::Abandoned => {
                 f.write_str("the fill was abandoned before publishing and could not be taken over")
             }

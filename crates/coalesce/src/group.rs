@@ -2,8 +2,10 @@
 //! shared flight that need its shard lock.
 
 use std::fmt;
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::hash::Hash;
+use std::pin::{Pin, pin};
+use std::task::Poll;
 
 use hashbrown::hash_table::Entry as TableEntry;
 use tokio::time::Instant;
@@ -16,6 +18,7 @@ use crate::leader::Leader;
 use crate::shard::{self, Entry, Shard, ShardMap};
 use crate::stats::{self, Counts, Event, Stats};
 use crate::sync::{Arc, MutexGuard};
+use crate::trace::{self, KeyLabel};
 use crate::wait::Wait;
 use crate::{FlightError, Joined};
 
@@ -38,6 +41,10 @@ pub(crate) struct Inner<K, V, E> {
     /// keep it, so ending one never hashes (or even compares) a key.
     hasher: ahash::RandomState,
     pub(crate) config: Config,
+    /// How keys are labelled in `tracing` events (see `trace.rs`).
+    pub(crate) key_label: KeyLabel<K>,
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics: crate::meter::Metrics,
 }
 
 /// What a caller became on entering a key.
@@ -67,7 +74,7 @@ impl<K, V, E> fmt::Debug for Group<K, V, E> {
 
 impl<K, V, E> Default for Group<K, V, E> {
     fn default() -> Self {
-        Self::with_config(Config::default())
+        Self::with_config(Config::default(), None)
     }
 }
 
@@ -82,13 +89,16 @@ impl<K, V, E> Group<K, V, E> {
         GroupBuilder::default()
     }
 
-    pub(crate) fn with_config(config: Config) -> Self {
+    pub(crate) fn with_config(config: Config, key_label: KeyLabel<K>) -> Self {
         let shards = (0..config.shards).map(|_| Shard::new()).collect();
         Self {
             inner: Arc::new(Inner {
                 shards,
                 hasher: ahash::RandomState::new(),
+                #[cfg(feature = "metrics")]
+                metrics: crate::meter::Metrics::register(config.metrics_name.as_deref()),
                 config,
+                key_label,
             }),
         }
     }
@@ -145,11 +155,20 @@ where
     ///   caller starts afresh. Nothing is left behind that could make a later call hang.
     ///
     /// `fill` is only called if this caller leads, and at most once.
+    ///
+    /// With a `tracing` subscriber listening to target `coalesce` at `DEBUG`, a lead's events
+    /// carry the key (if the group labels keys) and its `fill finished` event the fill's
+    /// `elapsed` time; otherwise nothing is cloned, traced or timed.
     pub async fn run<F, Fut>(&self, key: K, fill: F) -> Result<V, FlightError<E>>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<V, E>>,
     {
+        if trace::enabled() {
+            // Boxed, so the traced path's state (the key's copy, the clock) is not carried by
+            // every `run` future.
+            return Box::pin(self.run_traced(key, fill)).await;
+        }
         match self.enter(key, |lead| lead) {
             Entered::Lead(lead) => {
                 // Borrows the group rather than cloning its `Arc`: this future borrows it anyway.
@@ -164,6 +183,38 @@ where
                 }
                 Joined::Done(result) => result,
             },
+        }
+    }
+
+    /// [`run`](Group::run) with a subscriber listening: the same steps, with the lead traced
+    /// and the fill timed. Dropped at an await, it does what `run` does there.
+    async fn run_traced<F, Fut>(&self, key: K, fill: F) -> Result<V, FlightError<E>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>>,
+    {
+        let traced = trace::Traced::new(&key);
+        match self.enter(key, |lead| lead) {
+            Entered::Lead(lead) => {
+                let mut guard = LeadGuard::new(self, lead);
+                traced.led(&guard);
+                let result = fill().await;
+                let outcome = guard.finish(result);
+                traced.finished(&guard, &outcome);
+                outcome
+            }
+            // A follower's events (join, hand-off, finish) come from `Join`, `Wait` and
+            // `Leader` as for any follower.
+            Entered::Follow(wait) => {
+                trace::joined(self.inner.key_label, wait.key());
+                match self.wait_with_timeout(wait).await {
+                    Joined::Leader(leader) => {
+                        let result = fill().await;
+                        leader.finish(result)
+                    }
+                    Joined::Done(result) => result,
+                }
+            }
         }
     }
 
@@ -201,6 +252,17 @@ where
         self.enter(key, lead)
     }
 
+    /// [`enter_join`](Group::enter_join) with a subscriber listening: a lead is traced.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn enter_join_traced(&self, key: K) -> Entered<'_, Joined<'_, K, V, E>, K, V, E> {
+        let mut entered = self.enter_join(key);
+        if let Entered::Lead(Joined::Leader(leader)) = &mut entered {
+            leader.trace_lead();
+        }
+        entered
+    }
+
     /// Detaches the flight in progress for `key`, if any: later callers start a fresh fill,
     /// while the followers already waiting still receive this flight's result. Returns whether
     /// a flight was detached.
@@ -210,32 +272,76 @@ where
         map.forget(hash, |e| e.key == *key)
     }
 
+    /// A follower's wait, given up after the group's `wait_timeout` (if any).
     pub(crate) async fn wait_with_timeout<'g>(
         &'g self,
         wait: Wait<'g, K, V, E>,
     ) -> Joined<'g, K, V, E> {
         match self.inner.config.wait_timeout {
             None => wait.await,
-            Some(limit) => {
-                let shard = wait.shard();
-                match tokio::time::timeout(limit, wait).await {
-                    Ok(joined) => joined,
-                    Err(_elapsed) => {
-                        stats::record_timeout(&self.inner.shards[shard].timed_out);
-                        Joined::Done(Err(FlightError::TimedOut))
-                    }
-                }
-            }
+            Some(limit) => self.wait_or_give_up(wait, tokio::time::sleep(limit)).await,
         }
+    }
+
+    /// Waits until `wait` resolves or `give_up` does, whichever comes first (`wait` is polled
+    /// first, so a lead or a result ready at the deadline is taken). Giving up drops the wait,
+    /// which is the whole state transition of a timeout: the follower leaves the queue, and a
+    /// lead handed to it but not yet taken passes to the next follower (see `Wait`'s `Drop`).
+    ///
+    /// `give_up` is tokio's timer in [`wait_with_timeout`](Group::wait_with_timeout); the loom
+    /// models, which cannot see tokio's timers, pass a signal raised by a racing thread.
+    pub(crate) async fn wait_or_give_up<'g>(
+        &'g self,
+        mut wait: Wait<'g, K, V, E>,
+        give_up: impl Future<Output = ()>,
+    ) -> Joined<'g, K, V, E> {
+        let mut give_up = pin!(give_up);
+        let outcome = poll_fn(|cx| match Pin::new(&mut wait).poll(cx) {
+            Poll::Ready(joined) => Poll::Ready(Some(joined)),
+            Poll::Pending => give_up.as_mut().poll(cx).map(|()| None),
+        })
+        .await;
+        if let Some(joined) = outcome {
+            return joined;
+        }
+        trace::wait_timed_out(self.inner.key_label, wait.key());
+        let shard = wait.shard();
+        drop(wait);
+        stats::record_timeout(&self.inner.shards[shard].timed_out);
+        #[cfg(feature = "metrics")]
+        self.inner.metrics.record_timeout();
+        Joined::Done(Err(FlightError::WaitTimedOut))
     }
 
     /// Leads `key` if nobody does (or the current leader is older than `takeover_after`),
     /// otherwise queues as a follower. Never waits.
+    #[cfg_attr(not(feature = "metrics"), inline(always))]
     pub(crate) fn enter<L>(
         &self,
         key: K,
         lead: impl FnOnce(LeadId) -> L,
     ) -> Entered<'_, L, K, V, E> {
+        #[cfg(not(feature = "metrics"))]
+        return self.enter_locked(key, lead);
+        #[cfg(feature = "metrics")]
+        {
+            // What the shard counted, recorded once its lock is released: a lead made on
+            // entry keeps its entry's token unless it took over; no lead made is a join.
+            let mut event = Event::Joined;
+            let entered = self.enter_locked(key, |id| {
+                event = match id.token == id.id {
+                    true => Event::Led,
+                    false => Event::TakenOver,
+                };
+                lead(id)
+            });
+            self.inner.metrics.record(event);
+            entered
+        }
+    }
+
+    /// [`enter`](Group::enter) under the shard lock.
+    fn enter_locked<L>(&self, key: K, lead: impl FnOnce(LeadId) -> L) -> Entered<'_, L, K, V, E> {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
         let index = inner.shard_index(hash);
@@ -320,7 +426,7 @@ where
                 promoted: None,
             };
             drop(state);
-            counts.record(Event::Superseded);
+            counts.record(Event::TakenOver);
             return Entered::Lead(lead_id(token));
         }
         let slot = state.waiters.push(true, None);
@@ -333,14 +439,26 @@ where
 
 impl<K, V, E> Inner<K, V, E> {
     fn stamp(&self) -> Option<Instant> {
-        self.config.takeover_after.map(|_| Instant::now())
+        self.config.takeover_after.map(|_| self.now())
     }
 
     fn takeover_due(&self, since: Option<Instant>) -> bool {
         match (self.config.takeover_after, since) {
-            (Some(age), Some(since)) => since.elapsed() >= age,
+            (Some(age), Some(since)) => self.now().saturating_duration_since(since) >= age,
             _ => false,
         }
+    }
+
+    /// The clock of lead ages: tokio's (so tests can pause it).
+    #[cfg(not(herd_loom))]
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    /// The clock of lead ages in the loom build: advanced by the model (see `loom_seams.rs`).
+    #[cfg(herd_loom)]
+    fn now(&self) -> Instant {
+        self.config.clock.now()
     }
 }
 
@@ -380,11 +498,17 @@ impl<K: Hash + Eq, V, E> Inner<K, V, E> {
             flight,
             state: &mut state,
             removed: None,
+            #[cfg(feature = "metrics")]
+            pending: Default::default(),
         };
         let (result, wake) = transition(&mut locked);
         let removed = locked.removed.take();
+        #[cfg(feature = "metrics")]
+        let pending = std::mem::take(&mut locked.pending);
         drop(state);
         drop(map);
+        #[cfg(feature = "metrics")]
+        self.metrics.record_pending(&pending);
         // The removed entry owns the key: its drop is user code, run after the locks.
         drop(removed);
         wake.wake();
@@ -400,12 +524,17 @@ pub(crate) struct Locked<'a, K, V, E> {
     pub(crate) state: &'a mut FlightState<V, E>,
     /// The flight's entry once `end` took it out of the shard, to drop after the locks.
     removed: Option<Entry<K, V, E>>,
+    /// Events counted here, recorded as metrics after the locks are released.
+    #[cfg(feature = "metrics")]
+    pending: crate::meter::Pending,
 }
 
 impl<K: Hash + Eq, V, E> Locked<'_, K, V, E> {
-    /// The counters of the flight's shard (whose lock is held).
-    pub(crate) fn counts(&mut self) -> &mut Counts {
-        &mut self.map.counts
+    /// Counts `event` in the flight's shard (whose lock is held).
+    pub(crate) fn record(&mut self, event: Event) {
+        self.map.counts.record(event);
+        #[cfg(feature = "metrics")]
+        self.pending.add(event);
     }
 
     /// Ends the flight with `phase`: removes its entry from the shard if it is still there (by
@@ -428,7 +557,7 @@ impl<K: Hash + Eq, V, E> Locked<'_, K, V, E> {
         );
         match self.state.promote_next(token, self.inner.stamp()) {
             Some(wake) => {
-                self.map.counts.record(Event::TookOver);
+                self.record(Event::HandedOff);
                 wake
             }
             None => self.end(otherwise),

@@ -18,6 +18,7 @@ use pin_project_lite::pin_project;
 
 use crate::Joined;
 use crate::group::{Entered, Group};
+use crate::trace;
 use crate::wait::Wait;
 
 pin_project! {
@@ -64,7 +65,12 @@ where
         let wait = match self.as_mut().project() {
             JoinProj::Start { group, key, .. } => {
                 let key = key.take().expect("`join` future polled after completion");
-                match group.enter_join(key) {
+                // Checked before anything is computed, so the untraced path is unchanged.
+                let entered = match trace::enabled() {
+                    false => group.enter_join(key),
+                    true => group.enter_join_traced(key),
+                };
+                match entered {
                     Entered::Lead(joined) => return Poll::Ready(joined),
                     Entered::Follow(wait) => wait,
                 }
@@ -95,6 +101,7 @@ where
         else {
             unreachable!("a follower starts waiting from the first poll");
         };
+        trace::joined(group.inner.key_label, wait.key());
         let wait = (*wait_for)(*group, wait);
         self.set(Join::Waiting { wait });
         match self.project() {

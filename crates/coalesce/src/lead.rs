@@ -7,7 +7,7 @@
 //! lookup and one removal, with no flight lock, no allocation and no `Arc` traffic. Only when
 //! the entry has been upgraded to a shared flight (somebody waits) does the flight protocol run.
 //!
-//! Every path checks the lead's token first: a lead superseded by a takeover (or whose entry
+//! Every path checks the lead's token first: a lead replaced by a takeover (or whose entry
 //! is gone) changes nothing and publishes nothing.
 //!
 //! Two code shapes here are deliberate, found with `perf` on the uncontended benchmark. A
@@ -27,6 +27,7 @@ use crate::group::{Group, Inner};
 use crate::shard::ShardMap;
 use crate::stats::Event;
 use crate::sync::{Arc, MutexGuard};
+use crate::trace;
 
 /// Which lead of which entry: the identity every lead transition goes by.
 #[derive(Debug, Clone, Copy)]
@@ -112,6 +113,9 @@ impl<K: Hash + Eq, V: Clone, E> Inner<K, V, E> {
         // Declared before the guard, so it is dropped after the unlock: the entry owns the
         // key, and a key's drop is user code.
         let _removed;
+        // Likewise: a failure counted under the lock is recorded as a metric after it.
+        #[cfg(feature = "metrics")]
+        let mut _failed = crate::meter::FailedOnDrop(None);
         let mut map = self.shards[lead.shard].map.lock();
         if let Some(entry) = map.find_mut(lead.hash, lead.id)
             && entry.get().flight.is_none()
@@ -122,6 +126,10 @@ impl<K: Hash + Eq, V: Clone, E> Inner<K, V, E> {
                 _removed = entry.remove().0;
                 if result.is_err() {
                     map.counts.record(Event::Failed);
+                    #[cfg(feature = "metrics")]
+                    {
+                        _failed.0 = Some(&self.metrics);
+                    }
                 }
             }
             // Returned with the lock still held on purpose: the answer is written before the
@@ -144,7 +152,7 @@ impl<K: Hash + Eq, V: Clone, E> Inner<K, V, E> {
         let flight = match map.find(lead.hash, lead.id) {
             Some(flight) => Arc::clone(flight),
             None => {
-                // Superseded, and the newer lead has already ended the entry.
+                // Taken over, and the newer lead has already ended the entry.
                 drop(map);
                 return Own::Kept(result).into_result();
             }
@@ -166,7 +174,7 @@ impl<K: Hash + Eq, V: Clone, E> Inner<K, V, E> {
                     (Own::Shared(shared), wake)
                 }
                 Err(error) => {
-                    locked.counts().record(Event::Failed);
+                    locked.record(Event::Failed);
                     let shared = Phase::Done(Err(StdArc::clone(&error)));
                     let wake = match policy {
                         ErrorPolicy::Share => locked.end(shared),
@@ -187,6 +195,16 @@ impl<K: Hash + Eq, V, E> Inner<K, V, E> {
         self.end_lead_unfinished(lead, Some(Event::Abandoned));
     }
 
+    /// [`abandon_lead`](Inner::abandon_lead) for a dropped [`LeadGuard`], with its event.
+    /// Out of line and cold, so a guard's `Drop` stays a flag test (abandons are rare).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn abandon_guarded_lead(&self, lead: &LeadId) {
+        self.abandon_lead(lead);
+        // The guard has no key: the lead's event (same generation) has it.
+        trace::abandoned::<K>(None, None, lead.token);
+    }
+
     /// `lead` steps aside on purpose, with nothing to publish (a refresh that found the fill
     /// lease held by another process): the same hand-off as [`abandon_lead`], but not counted
     /// as abandoned, a counter operators read as "callers that went away".
@@ -198,6 +216,11 @@ impl<K: Hash + Eq, V, E> Inner<K, V, E> {
     }
 
     fn end_lead_unfinished(&self, lead: &LeadId, count: Option<Event>) {
+        // Counted unconditionally below, so recorded as a metric here, before the lock.
+        #[cfg(feature = "metrics")]
+        if let Some(event) = count {
+            self.metrics.record(event);
+        }
         let mut map = self.shards[lead.shard].map.lock();
         if let Some(event) = count {
             map.counts.record(event);
@@ -217,7 +240,7 @@ impl<K: Hash + Eq, V, E> Inner<K, V, E> {
         };
         self.transition(map, &flight, |locked| {
             if locked.state.open_token() != Some(lead.token) {
-                // Superseded: the flight belongs to a newer leader now.
+                // Taken over: the flight belongs to a newer leader now.
                 return ((), Wake::Nobody);
             }
             ((), locked.pass_lead(Phase::Abandoned))
@@ -269,6 +292,9 @@ impl<K: Hash + Eq, V, E> Inner<K, V, E> {
 pub(crate) struct LeadGuard<'a, K: Hash + Eq, V, E> {
     group: &'a Group<K, V, E>,
     lead: LeadId,
+    /// When the lead was taken, for the fill-duration histogram.
+    #[cfg(feature = "metrics")]
+    started: std::time::Instant,
     state: Armed,
 }
 
@@ -277,10 +303,13 @@ pub(crate) struct LeadGuard<'a, K: Hash + Eq, V, E> {
 /// `Joined` copied with overlapping 4-byte moves and reloaded across them (a store-forwarding
 /// stall seen with `perf`; this and `Leader`'s layout together took ~4 ns off join+finish).
 /// The unused values are the niche that `Joined` (and the `Poll` around it) keep their tags in.
+/// `Traced` is armed too, for a lead taken while a `tracing` subscriber listened: its finish
+/// is traced without a second look at the subscriber (one check per traced-or-not fill).
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(u64)]
 enum Armed {
     Yes = 1,
+    Traced = 2,
     No = 0,
 }
 
@@ -289,8 +318,29 @@ impl<'a, K: Hash + Eq, V, E> LeadGuard<'a, K, V, E> {
         Self {
             group,
             lead,
+            #[cfg(feature = "metrics")]
+            started: std::time::Instant::now(),
             state: Armed::Yes,
         }
+    }
+
+    /// When the lead was taken.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn started(&self) -> std::time::Instant {
+        self.started
+    }
+
+    /// Marks this lead's end as traced (see [`Armed::Traced`]).
+    pub(crate) fn trace(&mut self) {
+        if self.state == Armed::Yes {
+            self.state = Armed::Traced;
+        }
+    }
+
+    /// Whether this lead's end is traced.
+    #[inline(always)]
+    pub(crate) fn is_traced(&self) -> bool {
+        self.state == Armed::Traced
     }
 
     pub(crate) fn group(&self) -> &'a Group<K, V, E> {
@@ -310,7 +360,7 @@ impl<'a, K: Hash + Eq, V, E> LeadGuard<'a, K, V, E> {
     /// [`Inner::stand_down_lead`]); the guard is spent.
     #[cfg(feature = "tokio")]
     pub(crate) fn stand_down(mut self) {
-        if self.state == Armed::Yes {
+        if self.state != Armed::No {
             self.state = Armed::No;
             self.group.inner.stand_down_lead(&{ self.lead });
         }
@@ -332,6 +382,8 @@ impl<K: Hash + Eq, V: Clone, E> LeadGuard<'_, K, V, E> {
         // Settled; only now may `Drop` stand down (had `finish_lead` panicked, `Drop` would
         // have handed the lead on).
         self.state = Armed::No;
+        #[cfg(feature = "metrics")]
+        (self.group.inner.metrics).record_fill(self.started, outcome.is_ok());
         outcome
     }
 
@@ -349,16 +401,18 @@ impl<K: Hash + Eq, V: Clone, E> LeadGuard<'_, K, V, E> {
             .inner
             .finish_lead_parts(shard, hash, id, token, result);
         self.state = Armed::No;
+        #[cfg(feature = "metrics")]
+        (self.group.inner.metrics).record_fill(self.started, outcome.is_ok());
         outcome
     }
 }
 
 impl<K: Hash + Eq, V, E> Drop for LeadGuard<'_, K, V, E> {
     fn drop(&mut self) {
-        if self.state == Armed::Yes {
+        if self.state != Armed::No {
             // A copy, so that the guard's own address is never taken, on this path either (see
             // `finish_lead_parts`; measured: ~2 ns of join+finish).
-            self.group.inner.abandon_lead(&{ self.lead });
+            self.group.inner.abandon_guarded_lead(&{ self.lead });
         }
     }
 }

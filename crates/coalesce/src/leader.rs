@@ -12,6 +12,7 @@ use std::hash::Hash;
 use crate::FlightError;
 use crate::group::Group;
 use crate::lead::{LeadGuard, LeadId};
+use crate::trace;
 #[cfg(feature = "tokio")]
 use crate::wait::Wait;
 
@@ -79,7 +80,27 @@ impl<'g, K: Hash + Eq, V, E> Leader<'g, K, V, E> {
     /// (For `DistributedGroup::refresh` standing down.)
     #[cfg(feature = "tokio")]
     pub(crate) fn stand_down(self) {
+        let generation = self.generation();
+        let label = self.guard.group().inner.key_label;
+        trace::stood_down(label, Some(&self.key), generation);
         self.guard.stand_down();
+    }
+
+    /// Marks this lead's end as traced (a subscriber listened when it was taken).
+    pub(crate) fn trace_end(&mut self) {
+        self.guard.trace();
+    }
+
+    /// Emits the event of this lead's start (a takeover if it replaced an older lead), and
+    /// marks its end as traced.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn trace_lead(&mut self) {
+        self.guard.trace();
+        let lead = self.guard.lead();
+        let label = self.guard.group().inner.key_label;
+        // A lead made on entry has the token its entry was created with, unless it took over.
+        trace::led(label, Some(&self.key), lead.token, lead.token != lead.id);
     }
 
     /// The same lead, holding a clone of the group instead of borrowing it (one reference
@@ -89,9 +110,17 @@ impl<'g, K: Hash + Eq, V, E> Leader<'g, K, V, E> {
     pub fn into_owned(self) -> OwnedLeader<K, V, E> {
         let Leader { guard, key } = self;
         let group = guard.group().clone();
+        #[cfg(feature = "metrics")]
+        let started = guard.started();
         // The lead now belongs to the `OwnedLeader`: the borrowed guard stands down.
         let lead = guard.into_lead();
-        OwnedLeader::new(group, key, lead)
+        OwnedLeader::new(
+            group,
+            key,
+            lead,
+            #[cfg(feature = "metrics")]
+            started,
+        )
     }
 }
 
@@ -101,14 +130,36 @@ impl<K: Hash + Eq, V: Clone, E> Leader<'_, K, V, E> {
     ///
     /// Under [`ErrorPolicy::HandOff`](crate::ErrorPolicy::HandOff) an error is not shared: the
     /// next follower able to lead is handed the flight and retries (followers that cannot lead
-    /// still get the error if nobody can). A stale leader (superseded after `takeover_after`)
+    /// still get the error if nobody can). A stale leader (taken over after `takeover_after`)
     /// publishes nothing; it still gets its own result back.
-    pub fn finish(mut self, result: Result<V, E>) -> Result<V, FlightError<E>> {
+    #[inline(always)]
+    pub fn finish(self, result: Result<V, E>) -> Result<V, FlightError<E>> {
+        // Decided when the lead was taken (one look at the subscriber per fill), and checked
+        // first, so that the untraced path is exactly `finish_quietly`'s.
+        if self.guard.is_traced() {
+            return self.finish_traced(result);
+        }
+        self.finish_quietly(result)
+    }
+
+    /// [`finish`](Leader::finish) without its event, for a caller that emits its own.
+    #[inline(always)]
+    pub(crate) fn finish_quietly(mut self, result: Result<V, E>) -> Result<V, FlightError<E>> {
         // In place, never moved out of `self` (that copied it across the pieces that wrote
         // it: a store-forwarding stall, as in `lead.rs`), and the lead's identity goes to the
         // lock in registers. The key (user code) is dropped with `self`, after every lock is
         // released.
         self.guard.finish_in_leader(result)
+    }
+
+    /// [`finish`](Leader::finish) with a subscriber listening: finishes, then emits the event.
+    #[cold]
+    #[inline(never)]
+    fn finish_traced(mut self, result: Result<V, E>) -> Result<V, FlightError<E>> {
+        let outcome = self.guard.finish_in_leader(result);
+        let label = self.guard.group().inner.key_label;
+        trace::finished(label, Some(&self.key), self.generation(), &outcome, None);
+        outcome
     }
 }
 
@@ -125,6 +176,9 @@ pub struct OwnedLeader<K: Hash + Eq, V, E> {
     key: K,
     lead: LeadId,
     finished: bool,
+    /// When the lead was taken, for the fill-duration histogram.
+    #[cfg(feature = "metrics")]
+    started: std::time::Instant,
 }
 
 impl<K: Hash + Eq + fmt::Debug, V, E> fmt::Debug for OwnedLeader<K, V, E> {
@@ -137,12 +191,19 @@ impl<K: Hash + Eq + fmt::Debug, V, E> fmt::Debug for OwnedLeader<K, V, E> {
 }
 
 impl<K: Hash + Eq, V, E> OwnedLeader<K, V, E> {
-    fn new(group: Group<K, V, E>, key: K, lead: LeadId) -> Self {
+    fn new(
+        group: Group<K, V, E>,
+        key: K,
+        lead: LeadId,
+        #[cfg(feature = "metrics")] started: std::time::Instant,
+    ) -> Self {
         Self {
             group,
             key,
             lead,
             finished: false,
+            #[cfg(feature = "metrics")]
+            started,
         }
     }
 
@@ -170,13 +231,17 @@ impl<K: Hash + Eq, V: Clone, E> OwnedLeader<K, V, E> {
         // The flight is settled; only now may `Drop` stand down (had `finish_lead` panicked,
         // `Drop` would have handed the flight on).
         self.finished = true;
+        #[cfg(feature = "metrics")]
+        (self.group.inner.metrics).record_fill(self.started, outcome.is_ok());
+        let label = self.group.inner.key_label;
+        trace::finished(label, Some(&self.key), self.lead.token, &outcome, None);
         outcome
     }
 
     /// Registers the leader's own caller as a follower that cannot lead, before the fill moves
     /// to another task: the caller then waits for the result like any follower, borrowing
     /// `group` (this leader's own group: the leader itself moves to the task). `None` if this
-    /// lead was superseded meanwhile (the flight may even have ended already).
+    /// lead was taken over meanwhile (the flight may even have ended already).
     #[cfg(feature = "tokio")]
     pub(crate) fn subscribe<'g>(&self, group: &'g Group<K, V, E>) -> Option<Wait<'g, K, V, E>>
     where
@@ -194,6 +259,8 @@ impl<K: Hash + Eq, V, E> Drop for OwnedLeader<K, V, E> {
     fn drop(&mut self) {
         if !self.finished {
             self.group.inner.abandon_lead(&self.lead);
+            let label = self.group.inner.key_label;
+            trace::abandoned(label, Some(&self.key), self.lead.token);
         }
     }
 }

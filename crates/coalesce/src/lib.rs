@@ -9,7 +9,8 @@
 //! `select!` branch, an aborted task, a client that went away). Code that would clear the marker
 //! after the await never runs, and every later request for the key hangs. Here the lead is a
 //! guard, [`Leader`], whose `Drop` hands the flight to exactly one waiting follower (oldest
-//! first), which runs its own fill. Every transition is model-checked with loom.
+//! first), which runs its own fill. The flight state machine is model-checked with loom; see
+//! [what is model-checked](#what-is-model-checked) for which parts, and what is not.
 //!
 //! The core types:
 //! - [`Group`]: the sharded map of flights; [`Group::run`] is the one-call API.
@@ -62,7 +63,39 @@
 //! Redis in `coalesce-redis`) so a fleet fills a key about once, not once per process. It fails
 //! open: a lease service that errs or is slow never stops a fill.
 //!
+//! # What is model-checked
+//! The loom models (`tests/loom.rs`, run with `cargo xtask loom coalesce`, preemption bound 2)
+//! cover the in-process flight: a leader finishing or dropped with followers waiting; a
+//! follower joining, cancelled, or handed the lead and cancelled before taking it; a lone
+//! entry upgraded to a shared flight while its leader finishes or is dropped; removal by
+//! identity after `forget`; takeover of a leader older than `takeover_after` racing its late
+//! finish or its drop; [`ErrorPolicy::HandOff`]; a wait timeout racing a hand-off or a finish;
+//! a detached fill's subscriber when the fill publishes, fails or dies; and a distributed
+//! refresh standing down. Each checks that one caller leads a flight at a time, that no waiter
+//! is left unwoken, that a stale lead never ends a newer flight, and that the [`Stats`]
+//! counters agree with what the callers saw.
+//!
+//! Loom cannot see tokio's timers, tasks or clock, so where the code waits on them the models
+//! drive the same transitions through seams that exist only in the loom build: a manual clock
+//! for lead ages, a racing "give up" in place of the wait timeout's timer (the timeout's effect
+//! is dropping the follower's wait, which is what runs), a loom thread in place of the spawned
+//! task, and the refresh's stand-down called directly. Not model-checked: tokio's timers and
+//! scheduling themselves, and the [`DistributedGroup`] lease protocol (acquire, re-check,
+//! renew, background release), which is tested on tokio's paused clock in
+//! `tests/lease_distributed.rs`.
+//!
+//! # Observability
+//! [`Group::stats`] snapshots the outcome counters. Every step of a flight is also a `tracing`
+//! event (target `coalesce`: lead, join, hand-off, takeover, abandon, stand-down, wait timeout,
+//! finish with its outcome), emitted outside every lock; keys appear in them only in groups
+//! built with [`GroupBuilder::trace_keys`]. Whether a fill is traced is decided once, when its
+//! lead is taken: with no subscriber that is one relaxed load and a branch per fill, and no key
+//! is cloned or formatted. The `metrics` feature adds counters and histograms.
+//!
 //! # Features
+//! - `metrics`: a counter for every [`Stats`] field and histograms of fill duration and
+//!   follower wait, through the `metrics` facade (names and labels in the notes of
+//!   `GroupBuilder::metrics_name`; `examples/prometheus.rs` renders them). Off by default.
 //! - `tokio` (default): [`Group::run_detached`], a fill on a spawned task that survives its
 //!   caller, and [`DistributedGroup`], whose lease releases run on spawned tasks. Wait timeouts
 //!   and takeover ages always use tokio's clock, so tests can pause it.
@@ -79,21 +112,32 @@ mod join;
 mod lead;
 mod leader;
 pub mod lease;
+#[cfg(herd_loom)]
+mod loom_seams;
+#[cfg(feature = "metrics")]
+mod meter;
 mod shard;
 mod stats;
 mod sync;
+mod trace;
 mod wait;
 mod waiters;
 
 use std::hash::Hash;
 
 pub use builder::GroupBuilder;
+#[cfg(all(herd_loom, feature = "tokio"))]
+#[doc(hidden)]
+pub use detached::Spawn;
 #[cfg(feature = "tokio")]
 pub use distributed::{DistributedBuilder, DistributedGroup, LeaseStats, Refresh, SettingsError};
 pub use error::{ErrorPolicy, FlightError};
 pub use group::Group;
 pub use leader::{Leader, OwnedLeader};
 pub use lease::{Acquire, FillLease, LeaseError, LeaseToken, MemoryLease};
+#[cfg(herd_loom)]
+#[doc(hidden)]
+pub use loom_seams::ManualClock;
 pub use stats::Stats;
 
 /// What [`Group::join`] produced: the lead, or the outcome of another caller's flight.

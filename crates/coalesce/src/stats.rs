@@ -17,15 +17,19 @@ pub struct Stats {
     /// Calls that found a flight in progress and waited on it as a follower.
     pub joined: u64,
     /// Hand-offs: a waiting follower was given the lead because the leader was dropped
-    /// (cancelled or panicked) or, under [`ErrorPolicy::HandOff`](crate::ErrorPolicy), failed.
-    pub took_over: u64,
-    /// Leaders replaced because they ran longer than `takeover_after`.
-    pub superseded: u64,
+    /// (cancelled or panicked), stood down (a distributed refresh), or failed under
+    /// [`ErrorPolicy::HandOff`](crate::ErrorPolicy), or because the follower it had been handed
+    /// to left without taking it.
+    pub handed_off: u64,
+    /// Leaders taken over: replaced by a newer caller because they had held the lead longer
+    /// than `takeover_after`.
+    pub taken_over: u64,
     /// Leaders dropped before `finish` (cancelled, panicked, or their task was aborted). A
     /// distributed refresh that stands down because another process holds the fill lease is
     /// not one: it is counted in `LeaseStats::stood_down`.
     pub abandoned: u64,
-    /// Followers that gave up after `wait_timeout`.
+    /// Followers whose wait on another caller's fill ran out (`wait_timeout`): each got
+    /// [`FlightError::WaitTimedOut`](crate::FlightError::WaitTimedOut).
     pub timed_out: u64,
     /// Fills that finished with an error.
     pub failed: u64,
@@ -36,8 +40,8 @@ pub struct Stats {
 pub(crate) struct Counts {
     led: u64,
     joined: u64,
-    took_over: u64,
-    superseded: u64,
+    handed_off: u64,
+    taken_over: u64,
     abandoned: u64,
     failed: u64,
 }
@@ -47,10 +51,23 @@ pub(crate) struct Counts {
 pub(crate) enum Event {
     Led,
     Joined,
-    TookOver,
-    Superseded,
+    HandedOff,
+    TakenOver,
     Abandoned,
     Failed,
+}
+
+#[cfg(feature = "metrics")]
+impl Event {
+    /// Every event, in declaration order (so `event as usize` indexes this).
+    pub(crate) const ALL: [Event; 6] = [
+        Event::Led,
+        Event::Joined,
+        Event::HandedOff,
+        Event::TakenOver,
+        Event::Abandoned,
+        Event::Failed,
+    ];
 }
 
 impl Counts {
@@ -58,8 +75,8 @@ impl Counts {
         let counter = match event {
             Event::Led => &mut self.led,
             Event::Joined => &mut self.joined,
-            Event::TookOver => &mut self.took_over,
-            Event::Superseded => &mut self.superseded,
+            Event::HandedOff => &mut self.handed_off,
+            Event::TakenOver => &mut self.taken_over,
             Event::Abandoned => &mut self.abandoned,
             Event::Failed => &mut self.failed,
         };
@@ -70,8 +87,8 @@ impl Counts {
     pub(crate) fn add_to(&self, timed_out: &AtomicU64, total: &mut Stats) {
         total.led += self.led;
         total.joined += self.joined;
-        total.took_over += self.took_over;
-        total.superseded += self.superseded;
+        total.handed_off += self.handed_off;
+        total.taken_over += self.taken_over;
         total.abandoned += self.abandoned;
         total.timed_out += timed_out.load(Relaxed);
         total.failed += self.failed;

@@ -11,6 +11,7 @@ use crate::group::Group;
 use crate::lead::LeadId;
 use crate::leader::Leader;
 use crate::sync::Arc;
+use crate::trace;
 use crate::{FlightError, Joined};
 
 /// Resolves to the flight's outcome, or to a [`Leader`] if the lead is handed to this follower.
@@ -27,6 +28,9 @@ pub(crate) struct Wait<'g, K: Hash + Eq, V, E> {
     key: Option<K>,
     /// Set once the slot is gone (resolved); `Drop` then has nothing to undo.
     resolved: bool,
+    /// When the wait began, for the follower-wait histogram.
+    #[cfg(feature = "metrics")]
+    started: std::time::Instant,
 }
 
 // Nothing is ever pinned through a `Wait`: the key is only moved out by value.
@@ -45,11 +49,18 @@ impl<'g, K: Hash + Eq, V, E> Wait<'g, K, V, E> {
             slot,
             key: Some(key),
             resolved: false,
+            #[cfg(feature = "metrics")]
+            started: std::time::Instant::now(),
         }
     }
 
     pub(crate) fn shard(&self) -> usize {
         self.flight.shard
+    }
+
+    /// The caller's key, until it is handed the lead.
+    pub(crate) fn key(&self) -> Option<&K> {
+        self.key.as_ref()
     }
 }
 
@@ -78,16 +89,25 @@ impl<'g, K: Hash + Eq, V: Clone, E> Future for Wait<'g, K, V, E> {
         };
         drop(guard);
         this.resolved = true;
+        #[cfg(feature = "metrics")]
+        this.group.inner.metrics.record_wait(this.started);
         Poll::Ready(match seen {
             // Cloned outside the lock: followers do not queue behind each other's clones.
             Seen::Value(value) => Joined::Done(Ok(V::clone(&value))),
             Seen::Failed(error) => Joined::Done(Err(FlightError::Failed(error))),
             Seen::Abandoned => Joined::Done(Err(FlightError::Abandoned)),
-            Seen::Lead(token) => Joined::Leader(Leader::new(
-                this.group,
-                this.key.take().expect("a wait resolves once"),
-                LeadId::of_flight(&this.flight, token),
-            )),
+            Seen::Lead(token) => {
+                let mut leader = Leader::new(
+                    this.group,
+                    this.key.take().expect("a wait resolves once"),
+                    LeadId::of_flight(&this.flight, token),
+                );
+                if trace::enabled() {
+                    trace::handed(this.group.inner.key_label, Some(leader.key()), token);
+                    leader.trace_end();
+                }
+                Joined::Leader(leader)
+            }
         })
     }
 }
@@ -105,6 +125,9 @@ impl<K: Hash + Eq, V, E> Drop for Wait<'_, K, V, E> {
         if self.resolved {
             return;
         }
+        // Dropped unresolved (cancelled, or given up at its timeout): the wait ends here.
+        #[cfg(feature = "metrics")]
+        self.group.inner.metrics.record_wait(self.started);
         let slot = self.slot;
         {
             // Fast path, flight lock only: a plain follower leaving, or a flight that ended

@@ -99,7 +99,7 @@ async fn dropped_leader_hands_off_to_exactly_one_follower_in_fifo_order() {
     assert_eq!(done(third.await), Ok(5));
     assert_eq!(group.in_flight(), 0);
     let stats = group.stats();
-    assert_eq!((stats.abandoned, stats.took_over), (1, 1));
+    assert_eq!((stats.abandoned, stats.handed_off), (1, 1));
 }
 
 #[tokio::test]
@@ -165,7 +165,7 @@ async fn a_follower_cancelled_after_being_handed_the_lead_passes_it_on() {
         panic!("the lead was passed on")
     };
     assert_eq!(l.finish(Ok(3)), Ok(3));
-    assert_eq!(group.stats().took_over, 2);
+    assert_eq!(group.stats().handed_off, 2);
     assert_eq!(group.in_flight(), 0);
 }
 
@@ -234,7 +234,7 @@ async fn wait_timeout_ends_the_wait_but_not_the_flight() {
     let g = group.clone();
     let impatient = tokio::spawn(async move { g.run(1, || async { Ok(0) }).await });
     // The paused clock auto-advances once every task is idle.
-    assert_eq!(impatient.await.unwrap(), Err(FlightError::TimedOut));
+    assert_eq!(impatient.await.unwrap(), Err(FlightError::WaitTimedOut));
     assert_eq!(group.stats().timed_out, 1);
     assert_eq!(group.in_flight(), 1, "the flight goes on");
     let g = group.clone();
@@ -261,7 +261,7 @@ async fn takeover_after_replaces_a_stuck_leader_and_its_late_finish_is_ignored()
     };
     assert!(fresh.generation() > stuck.generation());
     assert!(!stuck.is_current());
-    assert_eq!(group.stats().superseded, 1);
+    assert_eq!(group.stats().taken_over, 1);
     // The stuck leader wakes up late: it gets its own value back but publishes nothing.
     assert_eq!(stuck.finish(Ok(1)), Ok(1));
     assert!(poll_once(&mut early).is_pending());

@@ -283,7 +283,9 @@ impl<S: Storage> StreamCache<S> {
                 Joined::Done(Err(FlightError::Failed(failure))) => {
                     return Err(FillError::from(&*failure));
                 }
-                Joined::Done(Err(FlightError::TimedOut)) => return Err(FillError::WaitTimedOut),
+                Joined::Done(Err(FlightError::WaitTimedOut)) => {
+                    return Err(FillError::WaitTimedOut);
+                }
                 Joined::Done(Err(_)) => return Err(FillError::Abandoned),
             }
         }

@@ -346,7 +346,7 @@ where
     fn flight_error<E: Send + Sync + 'static>(&self, e: FlightError<ErasedError>) -> FetchError<E> {
         match e {
             FlightError::Failed(shared) => erased_to_fetch_error(ErasedError::clone(&shared)),
-            FlightError::TimedOut => {
+            FlightError::WaitTimedOut => {
                 self.inner.fills.wait_timeouts.incr();
                 FetchError::TimedOut
             }
