@@ -11,7 +11,7 @@ use conformance::Outcome;
 use conformance::storage::{CASES, Settings, Suite};
 use stream_cache::{
     AbortReason, BodySource, BodyWriter, CacheKey, Capabilities, Hit, MemStorage, ObjectMeta,
-    Storage, StorageError, WriteError, WriteState,
+    Storage, StorageError, WriteError, WriteFence, WriteState,
 };
 
 /// `MemStorage` presented as a backend without partial or range reads and without a size
@@ -48,12 +48,18 @@ impl Storage for CompleteOnly {
         let hit = self.0.lookup(key).await?;
         Ok(hit.filter(|hit| matches!(hit.body.state(), WriteState::Complete(_))))
     }
-    async fn begin_write(
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        self.0.fence(key)
+    }
+    async fn begin_write_fenced(
         &self,
         key: &CacheKey,
         meta: ObjectMeta,
+        fence: WriteFence,
     ) -> Result<Box<dyn BodyWriter>, StorageError> {
-        Ok(Box::new(NoSource(self.0.begin_write(key, meta).await?)))
+        Ok(Box::new(NoSource(
+            self.0.begin_write_fenced(key, meta, fence).await?,
+        )))
     }
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
         self.0.purge(key).await
@@ -114,10 +120,14 @@ impl Storage for Broken {
     async fn lookup(&self, _: &CacheKey) -> Result<Option<Hit>, StorageError> {
         self.misbehave().await
     }
-    async fn begin_write(
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        stream_cache::FenceTable::new().fence(key)
+    }
+    async fn begin_write_fenced(
         &self,
         _: &CacheKey,
         _: ObjectMeta,
+        _: WriteFence,
     ) -> Result<Box<dyn BodyWriter>, StorageError> {
         self.misbehave().await
     }

@@ -30,6 +30,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::cell::{BodyCell, CellLimits, Cursor, Ready};
 use crate::error::{BodyError, StorageError, WriteError};
+use crate::fence::{Admission, FenceTable, WriteFence};
 use crate::state::{AbortReason, WriteState};
 use crate::traits::{
     BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities, Hit, ObjectMeta, Storage,
@@ -56,8 +57,9 @@ pub struct DiskStorage {
 struct DiskShared {
     objects: PathBuf,
     tmp: PathBuf,
-    /// Writes in progress: key -> its current write.
+    /// Writes in progress: key -> its current write. Lock order: `active`, then `fences`.
     active: Mutex<HashMap<CacheKey, Arc<ActiveWrite>>>,
+    fences: FenceTable,
     next_id: AtomicU64,
     max_object_size: Option<u64>,
 }
@@ -243,6 +245,7 @@ impl DiskStorage {
                 objects,
                 tmp,
                 active: Mutex::new(HashMap::new()),
+                fences: FenceTable::new(),
                 next_id: AtomicU64::new(1),
                 max_object_size,
             }),
@@ -330,13 +333,22 @@ impl Storage for DiskStorage {
         }))
     }
 
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        self.shared.fences.fence(key)
+    }
+
     /// Cancel safety: if dropped before it returns, the temp file is removed (guard) and the
-    /// index is untouched: the index changes only in the final, await-free step.
-    async fn begin_write(
+    /// index is untouched: the index changes only in the final, await-free step, which is also
+    /// where the fence is checked.
+    async fn begin_write_fenced(
         &self,
         key: &CacheKey,
         meta: ObjectMeta,
+        fence: WriteFence,
     ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        if !self.shared.fences.issued(&fence, key) {
+            return Err(StorageError::ForeignFence);
+        }
         if let (Some(limit), Some(declared)) = (self.shared.max_object_size, meta.expected_len)
             && declared > limit
         {
@@ -371,20 +383,36 @@ impl Storage for DiskStorage {
             body_offset: header.len() as u64,
             tmp_path,
         });
-        {
+        let admission = {
             let mut active = shared.active.lock();
-            // Replacing: the previous complete object stops being visible now. A previous
-            // in-progress write keeps going for the readers bound to it but will not publish.
-            remove_quietly(&shared.object_path(key));
-            active.insert(key.clone(), Arc::clone(&write));
+            let admission = shared.fences.admit(&fence);
+            match admission {
+                Admission::Admitted => {
+                    // Replacing: the previous complete object stops being visible now. A
+                    // previous in-progress write keeps going for the readers bound to it but
+                    // will not publish.
+                    remove_quietly(&shared.object_path(key));
+                    active.insert(key.clone(), Arc::clone(&write));
+                }
+                // Never indexed: runs for readers bound to it, `finish` removes its file.
+                Admission::Superseded => {}
+                Admission::Purged => {
+                    write.cell.abort(AbortReason::Purged);
+                }
+            }
+            admission
+        };
+        drop(fence);
+        if admission != Admission::Purged {
+            // A purged write's temp file goes with the guard.
+            guard.path = None;
         }
-        guard.path = None;
         Ok(Box::new(DiskWriter {
             shared: Arc::clone(shared),
             key: key.clone(),
             write,
             file,
-            done: false,
+            done: admission == Admission::Purged,
             in_flight: false,
         }))
     }
@@ -392,6 +420,7 @@ impl Storage for DiskStorage {
     /// Cancel safety: no await; the purge happens entirely in the first poll.
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
         let mut active = self.shared.active.lock();
+        self.shared.fences.purge(key);
         let mut removed = false;
         if let Some(write) = active.remove(key) {
             write.cell.abort(AbortReason::Purged);

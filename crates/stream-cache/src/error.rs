@@ -80,6 +80,10 @@ pub enum StorageError {
     /// The backend does not support this operation.
     #[error("unsupported: {0}")]
     Unsupported(&'static str),
+    /// A [`WriteFence`](crate::WriteFence) taken for another key, or from another storage, was
+    /// handed to `begin_write_fenced`.
+    #[error("the write fence was taken for another key or from another storage")]
+    ForeignFence,
     /// A backend-specific failure.
     #[error("backend failed: {0}")]
     Backend(Arc<dyn std::error::Error + Send + Sync>),

@@ -21,6 +21,7 @@ use futures::stream::BoxStream;
 use tokio::time::Instant;
 
 use crate::error::{BodyError, FillError, StorageError};
+use crate::fence::WriteFence;
 use crate::state::{AbortReason, WriteState};
 use crate::traits::{
     BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Hit, ObjectMeta, Storage,
@@ -252,6 +253,9 @@ impl<S: Storage> StreamCache<S> {
             }
             match self.group.join(key.clone()).await {
                 Joined::Leader(leader) => {
+                    // The fill starts here: a purge from now on fences this fill's write out,
+                    // and a fill that starts later wins over this one (see `Storage::fence`).
+                    let fence = self.storage.fence(&key);
                     // The object may have been published between our lookup and our lead.
                     match self.storage.lookup(&key).await {
                         Ok(Some(hit)) => {
@@ -273,7 +277,7 @@ impl<S: Storage> StreamCache<S> {
                         drop(leader);
                         return Err(FillError::Abandoned);
                     };
-                    return self.lead(leader, key, fill).await;
+                    return self.lead(leader, key, fence, fill).await;
                 }
                 Joined::Done(Ok(published)) => match published.source {
                     Some(source) => return Ok(self.wrap(published.meta, source.open())),
@@ -295,6 +299,7 @@ impl<S: Storage> StreamCache<S> {
         &self,
         leader: Leader<'_, CacheKey, Published, LeadFailure>,
         key: CacheKey,
+        fence: WriteFence,
         fill: F,
     ) -> Result<Hit, FillError>
     where
@@ -330,7 +335,11 @@ impl<S: Storage> StreamCache<S> {
             return fail(leader, LeadFailure::TooLarge { limit, declared });
         }
         let meta = upstream.meta.clone();
-        let writer = match self.storage.begin_write(&key, upstream.meta).await {
+        let writer = match self
+            .storage
+            .begin_write_fenced(&key, upstream.meta, fence)
+            .await
+        {
             Ok(writer) => writer,
             Err(error) => return fail(leader, LeadFailure::Storage(error)),
         };

@@ -57,6 +57,7 @@
 mod cell;
 mod disk;
 mod error;
+mod fence;
 mod front;
 mod mem;
 mod state;
@@ -69,6 +70,7 @@ pub mod loom_support;
 
 pub use disk::DiskStorage;
 pub use error::{BodyError, FillError, StorageError, WriteError};
+pub use fence::{Admission, FenceTable, WriteFence};
 pub use front::{NoReaderPolicy, StreamCache, StreamCacheBuilder, Upstream};
 pub use mem::MemStorage;
 pub use state::{AbortKind, AbortReason, WriteState};

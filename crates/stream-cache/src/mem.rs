@@ -14,11 +14,12 @@ use std::task::Context;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use parking_lot::RwLock;
 
 use crate::cell::{BodyCell, CellLimits, Cursor};
 use crate::error::{BodyError, StorageError, WriteError};
+use crate::fence::{Admission, FenceTable, WriteFence};
 use crate::state::{AbortReason, WriteState};
+use crate::sync::RwLock;
 use crate::traits::{
     BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities, Hit, ObjectMeta, Storage,
 };
@@ -36,7 +37,9 @@ pub struct MemStorage {
 
 #[derive(Debug)]
 struct Shared {
+    /// Lock order: `index`, then the fence table's own lock.
     index: RwLock<Index>,
+    fences: FenceTable,
     next_id: AtomicU64,
     capacity: u64,
     max_object_size: u64,
@@ -76,6 +79,7 @@ impl MemStorage {
         MemStorage {
             shared: Arc::new(Shared {
                 index: RwLock::new(Index::default()),
+                fences: FenceTable::new(),
                 next_id: AtomicU64::new(1),
                 capacity,
                 max_object_size: max_object_size.min(capacity),
@@ -177,12 +181,20 @@ impl Storage for MemStorage {
         }))
     }
 
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        self.shared.fences.fence(key)
+    }
+
     /// Cancel safety: no await; the write begins entirely in the first poll.
-    async fn begin_write(
+    async fn begin_write_fenced(
         &self,
         key: &CacheKey,
         meta: ObjectMeta,
+        fence: WriteFence,
     ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        if !self.shared.fences.issued(&fence, key) {
+            return Err(StorageError::ForeignFence);
+        }
         let limit = self.shared.max_object_size;
         if let Some(declared) = meta.expected_len
             && declared > limit
@@ -202,31 +214,44 @@ impl Storage for MemStorage {
             referenced: AtomicBool::new(false),
         });
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        {
+        let admission = {
             let mut index = self.shared.index.write();
-            index.remove(key);
-            index.map.insert(
-                key.clone(),
-                Entry {
-                    id,
-                    object: Arc::clone(&object),
-                    charged: 0,
-                    complete: false,
-                },
-            );
-        }
+            let admission = self.shared.fences.admit(&fence);
+            match admission {
+                Admission::Admitted => {
+                    index.remove(key);
+                    index.map.insert(
+                        key.clone(),
+                        Entry {
+                            id,
+                            object: Arc::clone(&object),
+                            charged: 0,
+                            complete: false,
+                        },
+                    );
+                }
+                // Never indexed: it cannot be looked up, and `finish` finds it is not current.
+                Admission::Superseded => {}
+                Admission::Purged => {
+                    object.cell.abort(AbortReason::Purged);
+                }
+            }
+            admission
+        };
+        drop(fence);
         Ok(Box::new(MemWriter {
             shared: Arc::clone(&self.shared),
             key: key.clone(),
             id,
             object,
-            done: false,
+            done: admission == Admission::Purged,
         }))
     }
 
     /// Cancel safety: no await; the purge happens entirely in the first poll.
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
         let mut index = self.shared.index.write();
+        self.shared.fences.purge(key);
         let Some(entry) = index.remove(key) else {
             return Ok(false);
         };

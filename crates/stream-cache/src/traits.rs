@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::error::{BodyError, StorageError, WriteError};
+use crate::fence::WriteFence;
 use crate::state::{AbortReason, WriteState};
 
 /// A cache key: arbitrary bytes, cheap to clone.
@@ -214,19 +215,48 @@ pub trait Storage: Send + Sync + 'static {
     /// Cancel safety: dropping the future leaves the storage unchanged.
     async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError>;
 
-    /// Start writing a new object for `key`, replacing the current one (see the trait docs).
-    /// Fails with `StorageError::TooLarge` if `meta.expected_len` exceeds the object size limit.
+    /// Take a fence for a write of `key` that starts now (see [`crate::FenceTable`], which
+    /// implements this for a backend). A fill takes it before it asks its origin for anything.
+    fn fence(&self, key: &CacheKey) -> WriteFence;
+
+    /// Start writing a new object for `key`, replacing the current one (see the trait docs),
+    /// as the write that took `fence`. Where the write becomes visible, under the same lock as
+    /// `purge`, the backend checks the fence:
+    /// - `key` was purged after `fence` was taken: the write is returned already aborted with
+    ///   `Purged` and never becomes visible (a purge is final);
+    /// - a write whose fence is newer was made visible meanwhile: the write never becomes the
+    ///   key's object (it still runs for readers bound to it through `source`): the newer write
+    ///   wins, always.
+    ///
+    /// Fails with `StorageError::TooLarge` if `meta.expected_len` exceeds the object size limit,
+    /// `StorageError::ForeignFence` if `fence` was taken for another key or from another storage.
     ///
     /// Cancel safety: dropping the future leaves no visible object and no leftover resources.
+    async fn begin_write_fenced(
+        &self,
+        key: &CacheKey,
+        meta: ObjectMeta,
+        fence: WriteFence,
+    ) -> Result<Box<dyn BodyWriter>, StorageError>;
+
+    /// [`begin_write_fenced`](Storage::begin_write_fenced) with a fence taken in this call's
+    /// first poll: of two `begin_write` calls for one key, the one called later wins, however
+    /// their awaits interleave; a purge that returns while this call is under way is final.
+    ///
+    /// Cancel safety: as `begin_write_fenced`.
     async fn begin_write(
         &self,
         key: &CacheKey,
         meta: ObjectMeta,
-    ) -> Result<Box<dyn BodyWriter>, StorageError>;
+    ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        let fence = self.fence(key);
+        self.begin_write_fenced(key, meta, fence).await
+    }
 
     /// Remove `key`. An in-progress write is aborted with `Purged` (its readers get every byte
-    /// written, then that error); readers of a complete object may finish reading it. Returns
-    /// whether anything was removed.
+    /// written, then that error); readers of a complete object may finish reading it. Every
+    /// write whose fence was taken before this call is fenced out (see `begin_write_fenced`).
+    /// Returns whether anything was removed.
     ///
     /// Cancel safety: dropping the future may leave the purge half done (the write aborted but
     /// the complete object still present); calling `purge` again completes it.
@@ -328,6 +358,19 @@ impl<S: Storage + ?Sized> Storage for Arc<S> {
 
     async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError> {
         (**self).lookup(key).await
+    }
+
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        (**self).fence(key)
+    }
+
+    async fn begin_write_fenced(
+        &self,
+        key: &CacheKey,
+        meta: ObjectMeta,
+        fence: WriteFence,
+    ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        (**self).begin_write_fenced(key, meta, fence).await
     }
 
     async fn begin_write(

@@ -542,13 +542,17 @@ impl Storage for CompleteOnly {
             .await?
             .filter(|hit| matches!(hit.body.state(), WriteState::Complete(_))))
     }
-    async fn begin_write(
+    fn fence(&self, key: &stream_cache::CacheKey) -> stream_cache::WriteFence {
+        self.0.fence(key)
+    }
+    async fn begin_write_fenced(
         &self,
         key: &stream_cache::CacheKey,
         meta: ObjectMeta,
+        fence: stream_cache::WriteFence,
     ) -> Result<Box<dyn stream_cache::BodyWriter>, stream_cache::StorageError> {
         Ok(Box::new(CompleteOnlyWriter(
-            self.0.begin_write(key, meta).await?,
+            self.0.begin_write_fenced(key, meta, fence).await?,
         )))
     }
     async fn purge(

@@ -12,8 +12,9 @@ use std::task::{Context, Poll, Waker};
 use async_trait::async_trait;
 use bytes::Bytes;
 use stream_cache::{
-    AbortReason, BodyError, BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities,
-    Hit, ObjectMeta, Storage, StorageError, WriteError, WriteState,
+    AbortReason, Admission, BodyError, BodyReader, BodySource, BodyWriter, ByteRange, CacheKey,
+    Capabilities, FenceTable, Hit, ObjectMeta, Storage, StorageError, WriteError, WriteFence,
+    WriteState,
 };
 
 /// One realistic bug each.
@@ -37,6 +38,12 @@ pub enum Bug {
     FinishIgnoresLength,
     /// Dropping a writer schedules its abort on a reaper task instead of applying it in `Drop`.
     DropNoticedLater,
+    /// `begin_write_fenced` ignores purges made after the fence was taken: a purge is undone
+    /// by a fill that was already running.
+    PurgeUndoneByOlderWrite,
+    /// `begin_write_fenced` ignores newer writes made visible after the fence was taken: an
+    /// older write replaces a newer one.
+    OlderWriteReplacesNewer,
 }
 
 /// Largest chunk one read returns.
@@ -118,6 +125,7 @@ struct Current {
 pub struct BuggyStorage {
     bug: Bug,
     index: Arc<Mutex<HashMap<CacheKey, Current>>>,
+    fences: FenceTable,
     next_id: Arc<AtomicU64>,
     max_object_size: u64,
 }
@@ -128,6 +136,7 @@ impl BuggyStorage {
         BuggyStorage {
             bug,
             index: Arc::default(),
+            fences: FenceTable::new(),
             next_id: Arc::default(),
             max_object_size,
         }
@@ -173,11 +182,19 @@ impl Storage for BuggyStorage {
         }))
     }
 
-    async fn begin_write(
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        self.fences.fence(key)
+    }
+
+    async fn begin_write_fenced(
         &self,
         key: &CacheKey,
         meta: ObjectMeta,
+        fence: WriteFence,
     ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        if !self.fences.issued(&fence, key) {
+            return Err(StorageError::ForeignFence);
+        }
         if let Some(declared) = meta.expected_len
             && declared > self.max_object_size
         {
@@ -192,26 +209,43 @@ impl Storage for BuggyStorage {
         });
         body.state.lock().unwrap().expected_len = meta.expected_len;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        // RULE: a new write replaces the key's object; readers of the old one keep their body.
-        self.index.lock().unwrap().insert(
-            key.clone(),
-            Current {
-                id,
-                meta,
-                body: Arc::clone(&body),
-            },
-        );
+        // RULE: a new write replaces the key's object (readers of the old one keep their body),
+        // unless its fence says a purge or a newer write came after it started.
+        let mut index = self.index.lock().unwrap();
+        let admission = match (self.fences.admit(&fence), self.bug) {
+            (Admission::Purged, Bug::PurgeUndoneByOlderWrite)
+            | (Admission::Superseded, Bug::OlderWriteReplacesNewer) => Admission::Admitted,
+            (admission, _) => admission,
+        };
+        match admission {
+            Admission::Admitted => {
+                index.insert(
+                    key.clone(),
+                    Current {
+                        id,
+                        meta,
+                        body: Arc::clone(&body),
+                    },
+                );
+            }
+            Admission::Superseded => {}
+            Admission::Purged => {
+                body.abort(AbortReason::Purged);
+            }
+        }
+        drop(index);
         Ok(Box::new(BuggyWriter {
             storage: self.clone(),
             key: key.clone(),
             id,
             body,
-            done: false,
+            done: admission == Admission::Purged,
         }))
     }
 
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
         let mut index = self.index.lock().unwrap();
+        self.fences.purge(key);
         let Some(current) = index.remove(key) else {
             return Ok(false);
         };
