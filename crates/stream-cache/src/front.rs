@@ -11,6 +11,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -54,6 +55,9 @@ pub enum NoReaderPolicy {
     #[default]
     KeepFilling,
     /// Abort the write (`AbortReason::NoReaders`) at the next chunk after the last reader left.
+    /// A caller woken with the published body counts as a reader until it has attached (or its
+    /// `get_or_fill` future is dropped), so a body is never aborted under a caller that asked
+    /// for it.
     Abort,
 }
 
@@ -128,6 +132,37 @@ struct Published {
     /// Readers bound to the leader's write; `None` when the backend has no partial reads and the
     /// object was stored complete (followers look it up).
     source: Option<Arc<dyn BodySource>>,
+    /// Held by every copy of this value (the flight's and each woken follower's) until the
+    /// follower has opened its reader: a follower woken with the body but not yet attached
+    /// counts as a reader for `NoReaderPolicy::Abort`.
+    _claim: Claim,
+}
+
+/// A counted claim on a published body (see `Published`). Cloning counts one more holder,
+/// dropping one fewer.
+struct Claim(Arc<AtomicUsize>);
+
+impl Claim {
+    fn new() -> Self {
+        Claim(Arc::new(AtomicUsize::new(1)))
+    }
+
+    fn counter(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.0)
+    }
+}
+
+impl Clone for Claim {
+    fn clone(&self) -> Self {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Claim(Arc::clone(&self.0))
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Why a leader published no object (shared with its followers).
@@ -262,6 +297,7 @@ impl<S: Storage> StreamCache<S> {
                             let published = Published {
                                 meta: hit.meta.clone(),
                                 source: None,
+                                _claim: Claim::new(),
                             };
                             let _ = leader.finish(Ok(published));
                             return Ok(self.wrap(hit.meta, hit.body));
@@ -279,8 +315,9 @@ impl<S: Storage> StreamCache<S> {
                     };
                     return self.lead(leader, key, fence, fill).await;
                 }
-                Joined::Done(Ok(published)) => match published.source {
-                    Some(source) => return Ok(self.wrap(published.meta, source.open())),
+                // The reader is opened before `published` (and its claim) is dropped.
+                Joined::Done(Ok(published)) => match &published.source {
+                    Some(source) => return Ok(self.wrap(published.meta.clone(), source.open())),
                     // Stored complete: look it up on the next round.
                     None => continue,
                 },
@@ -345,7 +382,9 @@ impl<S: Storage> StreamCache<S> {
         };
         // No await from here until the pump is spawned and the meta published.
         let source = writer.source();
+        let claim = Claim::new();
         let pump = Pump {
+            claims: claim.counter(),
             writer,
             body: upstream.body,
             deadline,
@@ -360,6 +399,7 @@ impl<S: Storage> StreamCache<S> {
                 let _ = leader.finish(Ok(Published {
                     meta: meta.clone(),
                     source: Some(source),
+                    _claim: claim,
                 }));
                 Ok(self.wrap(meta, own_reader))
             }
@@ -370,6 +410,7 @@ impl<S: Storage> StreamCache<S> {
                         let _ = leader.finish(Ok(Published {
                             meta: meta.clone(),
                             source: None,
+                            _claim: claim,
                         }));
                         match self
                             .storage
@@ -411,6 +452,8 @@ struct Pump<E> {
     max_body_size: Option<u64>,
     no_reader_policy: NoReaderPolicy,
     source: Option<Arc<dyn BodySource>>,
+    /// Holders of the published body's claim: followers woken with it that have not attached.
+    claims: Arc<AtomicUsize>,
 }
 
 impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
@@ -459,7 +502,10 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
                 Some(Err(error)) => return Err(error.reason().clone()),
                 Some(Ok(())) => written += n,
             }
+            // Claims first, then readers: a follower opens its reader before it drops its
+            // claim, so seeing no claim means its reader is already counted.
             if self.no_reader_policy == NoReaderPolicy::Abort
+                && self.claims.load(Ordering::SeqCst) == 0
                 && self.source.as_ref().and_then(|s| s.reader_count()) == Some(0)
             {
                 return self.abort(AbortReason::NoReaders);
