@@ -5,7 +5,8 @@
 //! copy per reader, no whole-body copy at finish). The index maps a key to its *current* write
 //! only, tagged with a write id, so a superseded writer can never touch the newer entry.
 //! Eviction is a CLOCK sweep over complete objects only: an in-progress body is never evicted
-//! from under its readers.
+//! from under its readers. The CLOCK queue is compacted when stale records (of replaced or
+//! purged objects) outnumber live ones, so it stays O(objects) whatever the write pattern.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -48,10 +49,17 @@ struct Shared {
 #[derive(Debug, Default)]
 struct Index {
     map: HashMap<CacheKey, Entry>,
-    /// CLOCK order of complete objects, as (key, write id); stale records are skipped.
+    /// CLOCK order of complete objects, as (key, write id). A record goes stale when its object
+    /// is replaced or purged; stale records are skipped by the sweep and dropped by
+    /// [`Index::compact`], so the queue stays O(complete objects).
     clock: VecDeque<(CacheKey, u64)>,
+    /// Complete objects in `map` (each has exactly one current record in `clock`).
+    complete: usize,
     used: u64,
 }
+
+/// Stale records tolerated beyond one per complete object before the queue is compacted.
+const CLOCK_SLACK: usize = 16;
 
 #[derive(Debug)]
 struct Entry {
@@ -107,7 +115,32 @@ impl Index {
     fn remove(&mut self, key: &CacheKey) -> Option<Entry> {
         let entry = self.map.remove(key)?;
         self.used -= entry.charged;
+        if entry.complete {
+            self.complete -= 1;
+            self.compact_if_stale();
+        }
         Some(entry)
+    }
+
+    /// Drop stale CLOCK records once they outnumber the live ones (plus slack). Each compaction
+    /// walks the queue once and at least half of it is stale records, each made by one removal:
+    /// amortised O(1) per removal, and the queue never exceeds `2 * complete + CLOCK_SLACK + 1`.
+    fn compact_if_stale(&mut self) {
+        if self.clock.len() <= 2 * self.complete + CLOCK_SLACK {
+            return;
+        }
+        let map = &self.map;
+        self.clock.retain(|(key, id)| {
+            map.get(key)
+                .is_some_and(|entry| entry.id == *id && entry.complete)
+        });
+    }
+
+    /// Record a newly complete object in the CLOCK.
+    fn push_complete(&mut self, key: CacheKey, id: u64) {
+        self.complete += 1;
+        self.clock.push_back((key, id));
+        self.compact_if_stale();
     }
 
     fn remove_if_current(&mut self, key: &CacheKey, id: u64) -> Option<Entry> {
@@ -308,7 +341,7 @@ impl BodyWriter for MemWriter {
                     && entry.id == self.id
                 {
                     entry.complete = true;
-                    index.clock.push_back((self.key.clone(), self.id));
+                    index.push_complete(self.key.clone(), self.id);
                     index.evict(self.shared.capacity);
                 }
                 Ok(len)
@@ -397,5 +430,72 @@ impl BodyReader for MemReader {
 
     fn position(&self) -> u64 {
         self.cursor.position()
+    }
+}
+
+#[cfg(all(test, not(herd_loom)))]
+mod tests {
+    use super::*;
+
+    async fn store(storage: &MemStorage, key: &str, body: &'static [u8]) {
+        let mut writer = storage
+            .begin_write(&key.into(), ObjectMeta::default())
+            .await
+            .unwrap();
+        writer.write(Bytes::from_static(body)).await.unwrap();
+        writer.finish().await.unwrap();
+    }
+
+    fn records(storage: &MemStorage) -> usize {
+        storage.shared.index.read().clock.len()
+    }
+
+    /// Issue 15: 10,000 rewrites of one key leave O(1) eviction records, not 10,000.
+    #[tokio::test]
+    async fn rewrites_keep_eviction_records_bounded() {
+        let storage = MemStorage::new(1 << 20);
+        for _ in 0..10_000 {
+            store(&storage, "k", b"body").await;
+        }
+        assert_eq!(storage.len(), 1);
+        assert!(
+            records(&storage) <= 2 + CLOCK_SLACK,
+            "{}",
+            records(&storage)
+        );
+    }
+
+    /// Purges (and writes that replace complete objects with in-progress ones) too.
+    #[tokio::test]
+    async fn purges_keep_eviction_records_bounded() {
+        let storage = MemStorage::new(1 << 20);
+        for i in 0..10_000 {
+            let key = format!("k{}", i % 100);
+            store(&storage, &key, b"body").await;
+            if i % 2 == 0 {
+                storage.purge(&key.as_str().into()).await.unwrap();
+            } else {
+                // Replaced by a write that is then dropped (aborted).
+                drop(
+                    storage
+                        .begin_write(&key.as_str().into(), ObjectMeta::default())
+                        .await
+                        .unwrap(),
+                );
+            }
+        }
+        assert!(storage.is_empty());
+        assert!(
+            records(&storage) <= 1 + CLOCK_SLACK,
+            "{}",
+            records(&storage)
+        );
+        // Eviction still works afterwards, and in CLOCK order.
+        let small = MemStorage::new(8);
+        store(&small, "a", b"1234").await;
+        store(&small, "b", b"1234").await;
+        store(&small, "c", b"1234").await;
+        assert!(small.used_bytes() <= 8);
+        assert_eq!(small.len(), 2);
     }
 }
