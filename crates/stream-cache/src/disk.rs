@@ -202,9 +202,26 @@ fn open_stored(path: &Path, key: &CacheKey) -> io::Result<Option<StoredObject>> 
     }))
 }
 
+/// `StorageError::NoRuntime` unless called inside a tokio runtime (file I/O needs its blocking
+/// pool; tokio would panic).
+fn need_runtime() -> Result<(), StorageError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(StorageError::NoRuntime),
+    }
+}
+
+/// The io error a file read outside a runtime fails with.
+fn no_runtime_io() -> io::Error {
+    io::Error::other("no tokio runtime: DiskStorage readers must be polled inside one")
+}
+
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> io::Result<T> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(no_runtime_io());
+    }
     match tokio::task::spawn_blocking(work).await {
         Ok(result) => result,
         Err(join_error) => Err(io::Error::other(join_error)),
@@ -226,6 +243,7 @@ impl DiskStorage {
         root: impl AsRef<Path>,
         max_object_size: Option<u64>,
     ) -> Result<Self, StorageError> {
+        need_runtime()?;
         let root = root.as_ref();
         let objects = root.join("objects");
         let tmp = root.join("tmp");
@@ -305,6 +323,7 @@ impl Storage for DiskStorage {
     /// Cancel safety: the in-progress check takes no await; dropping the future while the
     /// complete file is opened (on the blocking pool) changes nothing.
     async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError> {
+        need_runtime()?;
         let in_progress = self.shared.active.lock().get(key).cloned();
         if let Some(write) = in_progress
             && !matches!(write.cell.state(), WriteState::Aborted(_))
@@ -349,6 +368,7 @@ impl Storage for DiskStorage {
         if !self.shared.fences.issued(&fence, key) {
             return Err(StorageError::ForeignFence);
         }
+        need_runtime()?;
         if let (Some(limit), Some(declared)) = (self.shared.max_object_size, meta.expected_len)
             && declared > limit
         {
@@ -475,6 +495,9 @@ impl BodyWriter for DiskWriter {
         if self.in_flight {
             return Err(self.fail(AbortReason::Cancelled));
         }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(self.fail(io_error(no_runtime_io())));
+        }
         if chunk.is_empty() {
             return match self.write.cell.state() {
                 WriteState::Aborted(reason) => Err(self.fail(reason)),
@@ -504,6 +527,9 @@ impl BodyWriter for DiskWriter {
     async fn finish(mut self: Box<Self>) -> Result<u64, WriteError> {
         if self.in_flight {
             return Err(self.fail(AbortReason::Cancelled));
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(self.fail(io_error(no_runtime_io())));
         }
         let len = match self.write.cell.check_complete() {
             Ok(len) => len,

@@ -85,7 +85,7 @@ impl StreamCacheBuilder {
     }
 
     /// The whole fill (meta and body) must end within this time: before meta it fails with
-    /// `FillError::TimedOut`; afterwards the write aborts with `AbortReason::TimedOut`.
+    /// `FillError::FillTimedOut`; afterwards the write aborts with `AbortReason::FillTimedOut`.
     pub fn fill_timeout(mut self, timeout: Duration) -> Self {
         self.fill_timeout = Some(timeout);
         self
@@ -170,7 +170,7 @@ impl Drop for Claim {
 enum LeadFailure {
     Upstream(Arc<dyn std::error::Error + Send + Sync>),
     Storage(StorageError),
-    TimedOut,
+    FillTimedOut,
     TooLarge { limit: u64, declared: u64 },
     Aborted(AbortReason),
 }
@@ -180,7 +180,7 @@ impl From<&LeadFailure> for FillError {
         match failure {
             LeadFailure::Upstream(error) => FillError::Upstream(Arc::clone(error)),
             LeadFailure::Storage(error) => FillError::Storage(error.clone()),
-            LeadFailure::TimedOut => FillError::TimedOut,
+            LeadFailure::FillTimedOut => FillError::FillTimedOut,
             LeadFailure::TooLarge { limit, declared } => FillError::TooLarge {
                 limit: *limit,
                 declared: *declared,
@@ -286,6 +286,11 @@ impl<S: Storage> StreamCache<S> {
             {
                 return Ok(self.wrap(hit.meta, hit.body));
             }
+            // A miss: joining, waiting and filling use tokio (spawn, clock). Checked here, not
+            // on hits, so the hit path pays nothing for it.
+            if tokio::runtime::Handle::try_current().is_err() {
+                return Err(FillError::NoRuntime);
+            }
             match self.group.join(key.clone()).await {
                 Joined::Leader(leader) => {
                     // The fill starts here: a purge from now on fences this fill's write out,
@@ -357,7 +362,7 @@ impl<S: Storage> StreamCache<S> {
         let upstream = match deadline {
             Some(deadline) => match tokio::time::timeout_at(deadline, fill()).await {
                 Ok(result) => result,
-                Err(_elapsed) => return fail(leader, LeadFailure::TimedOut),
+                Err(_elapsed) => return fail(leader, LeadFailure::FillTimedOut),
             },
             None => fill().await,
         };
@@ -477,7 +482,7 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
         let mut written = 0u64;
         loop {
             let Some(next) = Self::before_deadline(self.deadline, self.body.next()).await else {
-                return self.abort(AbortReason::TimedOut);
+                return self.abort(AbortReason::FillTimedOut);
             };
             let chunk = match next {
                 None => {
@@ -485,7 +490,7 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
                         Some(result) => result.map_err(|error| error.reason().clone()),
                         // The finish future (and the writer in it) was dropped: aborted as
                         // WriterDropped unless the completion was already applied.
-                        None => Err(AbortReason::TimedOut),
+                        None => Err(AbortReason::FillTimedOut),
                     };
                 }
                 Some(Err(error)) => return self.abort(AbortReason::upstream(error)),
@@ -498,7 +503,7 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
                 return self.abort(AbortReason::TooLarge { limit });
             }
             match Self::before_deadline(self.deadline, self.writer.write(chunk)).await {
-                None => return self.abort(AbortReason::TimedOut),
+                None => return self.abort(AbortReason::FillTimedOut),
                 Some(Err(error)) => return Err(error.reason().clone()),
                 Some(Ok(())) => written += n,
             }
@@ -524,6 +529,9 @@ struct TimedReader {
 impl BodyReader for TimedReader {
     /// Cancel safety: as the inner reader; a timeout is a cancelled read, so nothing is lost.
     async fn read(&mut self) -> Result<Option<Bytes>, BodyError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(BodyError::NoRuntime);
+        }
         tokio::time::timeout(self.timeout, self.inner.read())
             .await
             .unwrap_or(Err(BodyError::WaitTimedOut))
@@ -531,6 +539,9 @@ impl BodyReader for TimedReader {
 
     /// Cancel safety: as the inner reader.
     async fn seek(&mut self, range: ByteRange) -> Result<(), BodyError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(BodyError::NoRuntime);
+        }
         tokio::time::timeout(self.timeout, self.inner.seek(range))
             .await
             .unwrap_or(Err(BodyError::WaitTimedOut))

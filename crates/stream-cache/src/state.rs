@@ -48,9 +48,10 @@ pub enum AbortReason {
         /// What was written (or would have been, had the write been accepted).
         written: u64,
     },
-    /// The fill ran longer than its time limit.
+    /// The fill ran longer than its fill timeout (`StreamCacheBuilder::fill_timeout`). Not to be
+    /// confused with `BodyError::WaitTimedOut`, a reader's wait timeout.
     #[error("the fill timed out")]
-    TimedOut,
+    FillTimedOut,
     /// The object was purged while it was being written.
     #[error("the object was purged while it was written")]
     Purged,
@@ -81,7 +82,7 @@ impl AbortReason {
             AbortReason::Upstream(_) => AbortKind::Upstream,
             AbortReason::TooLarge { .. } => AbortKind::TooLarge,
             AbortReason::LengthMismatch { .. } => AbortKind::LengthMismatch,
-            AbortReason::TimedOut => AbortKind::TimedOut,
+            AbortReason::FillTimedOut => AbortKind::FillTimedOut,
             AbortReason::Purged => AbortKind::Purged,
             AbortReason::Storage(_) => AbortKind::Storage,
             AbortReason::Cancelled => AbortKind::Cancelled,
@@ -99,7 +100,7 @@ pub enum AbortKind {
     Upstream,
     TooLarge,
     LengthMismatch,
-    TimedOut,
+    FillTimedOut,
     Purged,
     Storage,
     Cancelled,

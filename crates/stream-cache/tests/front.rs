@@ -300,8 +300,8 @@ async fn fill_timeout_before_meta() {
     });
     let follower = cache.get_or_fill("k", no_fill);
     let (slow, follower) = tokio::join!(slow, follower);
-    assert!(matches!(slow, Err(FillError::TimedOut)));
-    assert!(matches!(follower, Err(FillError::TimedOut)));
+    assert!(matches!(slow, Err(FillError::FillTimedOut)));
+    assert!(matches!(follower, Err(FillError::FillTimedOut)));
 }
 
 #[tokio::test(start_paused = true)]
@@ -320,7 +320,7 @@ async fn fill_timeout_while_streaming_aborts_readers() {
     assert_eq!(body, b"part");
     assert!(matches!(
         end,
-        Err(BodyError::Aborted(AbortReason::TimedOut))
+        Err(BodyError::Aborted(AbortReason::FillTimedOut))
     ));
     assert!(cache.lookup("k").await.unwrap().is_none());
 }
@@ -676,4 +676,36 @@ async fn backend_without_partial_reads_reports_the_abort() {
         Err(FillError::Aborted(AbortReason::Upstream(_)))
     ));
     assert!(cache.lookup("k").await.unwrap().is_none());
+}
+
+/// Issue 14: `StreamCache` polled outside any tokio runtime answers with typed errors, never a
+/// panic; a `MemStorage` hit needs no runtime and is still served.
+#[test]
+fn outside_a_runtime_errors_are_typed() {
+    let cache = StreamCacheBuilder::new()
+        .reader_wait_timeout(Duration::from_secs(1))
+        .build(MemStorage::new(1 << 20));
+    let miss = futures::executor::block_on(cache.get_or_fill("k", no_fill));
+    assert!(matches!(miss, Err(FillError::NoRuntime)), "{miss:?}");
+
+    let storage = cache.storage().clone();
+    futures::executor::block_on(async {
+        let mut writer = storage
+            .begin_write(&"k".into(), ObjectMeta::default())
+            .await
+            .unwrap();
+        writer.write(Bytes::from_static(b"body")).await.unwrap();
+        writer.finish().await.unwrap();
+    });
+    let mut hit = futures::executor::block_on(cache.get_or_fill("k", no_fill)).unwrap();
+    // The reader wait timeout needs tokio's clock.
+    let read = futures::executor::block_on(hit.body.read());
+    assert!(matches!(read, Err(BodyError::NoRuntime)), "{read:?}");
+
+    let dir = std::env::temp_dir().join(format!("stream-cache-noruntime-{}", std::process::id()));
+    let disk = futures::executor::block_on(stream_cache::DiskStorage::open(&dir));
+    assert!(
+        matches!(disk, Err(stream_cache::StorageError::NoRuntime)),
+        "{disk:?}"
+    );
 }

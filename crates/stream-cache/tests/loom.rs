@@ -141,13 +141,13 @@ fn seek_waiting_past_end_sees_abort() {
         let writer = cell.clone();
         let write = thread::spawn(move || {
             writer.append(chunk("ab")).unwrap();
-            writer.abort(AbortReason::TimedOut);
+            writer.abort(AbortReason::FillTimedOut);
         });
         let result = block_on(reader.seek(3, None));
         write.join().unwrap();
         assert!(matches!(
             result,
-            Err(BodyError::Aborted(AbortReason::TimedOut))
+            Err(BodyError::Aborted(AbortReason::FillTimedOut))
         ));
     });
 }
