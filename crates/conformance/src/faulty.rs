@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use stream_cache::{
     AbortReason, BodyError, BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities,
-    Hit, ObjectMeta, Storage, StorageError, WriteError, WriteFence, WriteState,
+    Hit, ObjectMeta, Storage, StorageError, StorageUsage, WriteError, WriteFence, WriteState,
 };
 
 /// The error an injected fault carries (inside `AbortReason::Upstream`, `AbortReason::Storage`,
@@ -183,6 +183,10 @@ impl<S: Storage> Faulty<S> {
 impl<S: Storage> Storage for Faulty<S> {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+
+    fn usage(&self) -> Option<StorageUsage> {
+        self.inner.usage()
     }
 
     /// Cancel safety: dropped during the stall, nothing happened; afterwards, as the inner

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use stream_cache::{
-    BodyWriter, CacheKey, Capabilities, Hit, ObjectMeta, Storage, StorageError, WriteFence,
+    BodyWriter, CacheKey, Capabilities, Hit, ObjectMeta, Storage, StorageError, StorageUsage,
+    WriteFence,
 };
 
 /// A fresh directory under the system temp dir, removed (with its contents) on drop.
@@ -92,6 +93,10 @@ impl<S: fmt::Debug> fmt::Debug for Guarded<S> {
 impl<S: Storage> Storage for Guarded<S> {
     fn capabilities(&self) -> Capabilities {
         self.storage.capabilities()
+    }
+
+    fn usage(&self) -> Option<StorageUsage> {
+        self.storage.usage()
     }
 
     async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError> {

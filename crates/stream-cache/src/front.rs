@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::error::{BodyError, FillError, StorageError};
 use crate::fence::WriteFence;
 use crate::state::{AbortReason, WriteState};
+use crate::stats::{Counters, StreamCacheStats, Stripe};
 use crate::traits::{
     BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Hit, ObjectMeta, Storage,
 };
@@ -121,6 +122,7 @@ impl StreamCacheBuilder {
             storage: Arc::new(storage),
             group: group.build(),
             config: self,
+            counters: Arc::default(),
         }
     }
 }
@@ -195,6 +197,7 @@ pub struct StreamCache<S: Storage> {
     storage: Arc<S>,
     group: Group<CacheKey, Published, LeadFailure>,
     config: StreamCacheBuilder,
+    counters: Arc<Counters>,
 }
 
 impl<S: Storage> Clone for StreamCache<S> {
@@ -203,6 +206,7 @@ impl<S: Storage> Clone for StreamCache<S> {
             storage: Arc::clone(&self.storage),
             group: self.group.clone(),
             config: self.config.clone(),
+            counters: Arc::clone(&self.counters),
         }
     }
 }
@@ -232,12 +236,30 @@ impl<S: Storage> StreamCache<S> {
         self.group.in_flight()
     }
 
+    /// The cache's counters (shared by its clones) and the backend's used/capacity bytes.
+    pub fn stats(&self) -> StreamCacheStats {
+        self.counters.snapshot(self.storage.usage())
+    }
+
     /// Find `key` without filling.
     ///
     /// Cancel safety: as the storage's `lookup` (both shipped backends: nothing changes).
     pub async fn lookup(&self, key: impl Into<CacheKey>) -> Result<Option<Hit>, StorageError> {
-        let hit = self.storage.lookup(&key.into()).await?;
-        Ok(hit.map(|hit| self.wrap(hit.meta, hit.body)))
+        match self.storage.lookup(&key.into()).await? {
+            Some(hit) => Ok(Some(self.counted_hit(hit))),
+            None => {
+                self.counters.miss();
+                Ok(None)
+            }
+        }
+    }
+
+    /// Count a storage hit (complete or partial) and wrap its reader.
+    fn counted_hit(&self, hit: Hit) -> Hit {
+        let stripe = self.counters.stripe();
+        let partial = matches!(hit.body.state(), WriteState::Partial(_));
+        self.counters.hit(stripe, partial);
+        self.wrap(hit.meta, hit.body)
     }
 
     /// Remove `key` (an in-progress write is aborted with `Purged`), and detach a fill that has
@@ -246,6 +268,7 @@ impl<S: Storage> StreamCache<S> {
     /// Cancel safety: as the storage's `purge`.
     pub async fn purge(&self, key: impl Into<CacheKey>) -> Result<bool, StorageError> {
         let key = key.into();
+        self.counters.purge();
         self.group.forget(&key);
         self.storage.purge(&key).await
     }
@@ -277,14 +300,22 @@ impl<S: Storage> StreamCache<S> {
     {
         let key = key.into();
         let mut fill = Some(fill);
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
             if let Some(hit) = self
                 .storage
                 .lookup(&key)
                 .await
                 .map_err(FillError::Storage)?
             {
-                return Ok(self.wrap(hit.meta, hit.body));
+                return Ok(if attempt == 0 {
+                    self.counted_hit(hit)
+                } else {
+                    // This call was counted as a miss already.
+                    self.wrap(hit.meta, hit.body)
+                });
+            }
+            if attempt == 0 {
+                self.counters.miss();
             }
             // A miss: joining, waiting and filling use tokio (spawn, clock). Checked here, not
             // on hits, so the hit path pays nothing for it.
@@ -354,11 +385,17 @@ impl<S: Storage> StreamCache<S> {
             .fill_timeout
             // A timeout too large to represent is no deadline at all (not a panic).
             .and_then(|timeout| Instant::now().checked_add(timeout));
+        let counters = &self.counters;
         let fail = |leader: Leader<'_, _, _, _>, failure: LeadFailure| {
+            if !matches!(failure, LeadFailure::Aborted(_)) {
+                // An aborted body was counted by the pump.
+                counters.fill_failed();
+            }
             let error = FillError::from(&failure);
             let _ = leader.finish(Err(failure));
             Err(error)
         };
+        self.counters.fill_started();
         let upstream = match deadline {
             Some(deadline) => match tokio::time::timeout_at(deadline, fill()).await {
                 Ok(result) => result,
@@ -389,6 +426,7 @@ impl<S: Storage> StreamCache<S> {
         let source = writer.source();
         let claim = Claim::new();
         let pump = Pump {
+            counters: Arc::clone(&self.counters),
             claims: claim.counter(),
             writer,
             body: upstream.body,
@@ -400,7 +438,7 @@ impl<S: Storage> StreamCache<S> {
         match source {
             Some(source) => {
                 let own_reader = source.open();
-                tokio::spawn(pump.run());
+                tokio::spawn(pump.run_counted());
                 let _ = leader.finish(Ok(Published {
                     meta: meta.clone(),
                     source: Some(source),
@@ -409,7 +447,7 @@ impl<S: Storage> StreamCache<S> {
                 Ok(self.wrap(meta, own_reader))
             }
             None => {
-                let outcome = tokio::spawn(pump.run()).await;
+                let outcome = tokio::spawn(pump.run_counted()).await;
                 match outcome {
                     Ok(Ok(_len)) => {
                         let _ = leader.finish(Ok(Published {
@@ -436,14 +474,16 @@ impl<S: Storage> StreamCache<S> {
         }
     }
 
+    /// The reader handed to callers: counts the bytes it serves and bounds its waits by the
+    /// reader wait timeout. One allocation per hit (the storage's reader is already boxed);
+    /// the only shared write is on this thread's counter stripe.
     fn wrap(&self, meta: ObjectMeta, body: Box<dyn BodyReader>) -> Hit {
-        let body = match self.config.reader_wait_timeout {
-            Some(timeout) => Box::new(TimedReader {
-                inner: body,
-                timeout,
-            }),
-            None => body,
-        };
+        let body = Box::new(FrontReader {
+            inner: body,
+            timeout: self.config.reader_wait_timeout,
+            stripe: Arc::clone(self.counters.stripe()),
+            served: 0,
+        });
         Hit { meta, body }
     }
 }
@@ -459,6 +499,7 @@ struct Pump<E> {
     source: Option<Arc<dyn BodySource>>,
     /// Holders of the published body's claim: followers woken with it that have not attached.
     claims: Arc<AtomicUsize>,
+    counters: Arc<Counters>,
 }
 
 impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
@@ -476,6 +517,14 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
     fn abort(self, reason: AbortReason) -> Result<u64, AbortReason> {
         self.writer.abort(reason.clone());
         Err(reason)
+    }
+
+    /// `run`, with its outcome counted.
+    async fn run_counted(self) -> Result<u64, AbortReason> {
+        let counters = Arc::clone(&self.counters);
+        let outcome = self.run().await;
+        counters.fill_ended(outcome.as_ref().map(|_| ()).map_err(AbortReason::kind));
+        outcome
     }
 
     async fn run(mut self) -> Result<u64, AbortReason> {
@@ -519,32 +568,55 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
     }
 }
 
-/// A reader whose every wait is bounded by the reader wait timeout.
-struct TimedReader {
+/// The reader `StreamCache` hands out: counts bytes served (locally, added to its stripe when
+/// the body ends or the reader is dropped) and bounds every wait by the reader wait timeout.
+struct FrontReader {
     inner: Box<dyn BodyReader>,
-    timeout: Duration,
+    timeout: Option<Duration>,
+    stripe: Arc<Stripe>,
+    /// Bytes returned and not yet added to the stripe.
+    served: u64,
+}
+
+impl FrontReader {
+    fn flush(&mut self) {
+        self.stripe.served(std::mem::take(&mut self.served));
+    }
+}
+
+impl Drop for FrontReader {
+    fn drop(&mut self) {
+        self.flush();
+    }
 }
 
 #[async_trait]
-impl BodyReader for TimedReader {
+impl BodyReader for FrontReader {
     /// Cancel safety: as the inner reader; a timeout is a cancelled read, so nothing is lost.
     async fn read(&mut self) -> Result<Option<Bytes>, BodyError> {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(BodyError::NoRuntime);
+        let result = match self.timeout {
+            None => self.inner.read().await,
+            Some(_) if tokio::runtime::Handle::try_current().is_err() => Err(BodyError::NoRuntime),
+            Some(timeout) => tokio::time::timeout(timeout, self.inner.read())
+                .await
+                .unwrap_or(Err(BodyError::WaitTimedOut)),
+        };
+        match &result {
+            Ok(Some(chunk)) => self.served += chunk.len() as u64,
+            Ok(None) | Err(_) => self.flush(),
         }
-        tokio::time::timeout(self.timeout, self.inner.read())
-            .await
-            .unwrap_or(Err(BodyError::WaitTimedOut))
+        result
     }
 
     /// Cancel safety: as the inner reader.
     async fn seek(&mut self, range: ByteRange) -> Result<(), BodyError> {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(BodyError::NoRuntime);
+        match self.timeout {
+            None => self.inner.seek(range).await,
+            Some(_) if tokio::runtime::Handle::try_current().is_err() => Err(BodyError::NoRuntime),
+            Some(timeout) => tokio::time::timeout(timeout, self.inner.seek(range))
+                .await
+                .unwrap_or(Err(BodyError::WaitTimedOut)),
         }
-        tokio::time::timeout(self.timeout, self.inner.seek(range))
-            .await
-            .unwrap_or(Err(BodyError::WaitTimedOut))
     }
 
     fn state(&self) -> WriteState {

@@ -61,6 +61,7 @@ mod fence;
 mod front;
 mod mem;
 mod state;
+mod stats;
 mod sync;
 mod traits;
 
@@ -74,7 +75,8 @@ pub use fence::{Admission, FenceTable, WriteFence};
 pub use front::{NoReaderPolicy, StreamCache, StreamCacheBuilder, Upstream};
 pub use mem::MemStorage;
 pub use state::{AbortKind, AbortReason, WriteState};
+pub use stats::{AbortCounts, StreamCacheStats};
 pub use traits::{
     BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities, Hit, ObjectMeta,
-    Storage, read_to_end,
+    Storage, StorageUsage, read_to_end,
 };

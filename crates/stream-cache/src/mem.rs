@@ -22,7 +22,8 @@ use crate::fence::{Admission, FenceTable, WriteFence};
 use crate::state::{AbortReason, WriteState};
 use crate::sync::RwLock;
 use crate::traits::{
-    BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities, Hit, ObjectMeta, Storage,
+    BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities, Hit, ObjectMeta,
+    Storage, StorageUsage,
 };
 
 /// In-memory storage holding at most `capacity` bytes of complete objects (plus the bytes of
@@ -187,6 +188,13 @@ impl Storage for MemStorage {
             .with_partial_reads(true)
             .with_range_reads(true)
             .with_max_object_size(Some(self.shared.max_object_size))
+    }
+
+    fn usage(&self) -> Option<StorageUsage> {
+        Some(StorageUsage {
+            used_bytes: self.used_bytes(),
+            capacity_bytes: Some(self.shared.capacity),
+        })
     }
 
     /// Cancel safety: no await; the lookup happens entirely in the first poll.

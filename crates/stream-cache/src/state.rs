@@ -64,6 +64,10 @@ pub enum AbortReason {
     /// The fill was stopped because no reader was left (`NoReaderPolicy::Abort`).
     #[error("the fill was stopped because no reader was left")]
     NoReaders,
+    /// The stored bytes do not match the checksum written with them (a torn write, bit rot, a
+    /// crash that left zeroed blocks): the body is not served past the point it was found.
+    #[error("the stored body is corrupt (checksum mismatch)")]
+    Corrupt,
 }
 
 impl AbortReason {
@@ -87,6 +91,7 @@ impl AbortReason {
             AbortReason::Storage(_) => AbortKind::Storage,
             AbortReason::Cancelled => AbortKind::Cancelled,
             AbortReason::NoReaders => AbortKind::NoReaders,
+            AbortReason::Corrupt => AbortKind::Corrupt,
         }
     }
 }
@@ -105,4 +110,5 @@ pub enum AbortKind {
     Storage,
     Cancelled,
     NoReaders,
+    Corrupt,
 }

@@ -177,6 +177,16 @@ impl Capabilities {
     }
 }
 
+/// How many bytes a backend holds and may hold ([`Storage::usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StorageUsage {
+    /// Bytes charged now (as the backend accounts them: bodies, and files plus metadata for
+    /// `DiskStorage`).
+    pub used_bytes: u64,
+    /// The byte capacity, if bounded.
+    pub capacity_bytes: Option<u64>,
+}
+
 /// A found object: its meta and a reader bound to the write that produced (or is producing) it.
 pub struct Hit {
     /// The meta given to `begin_write`.
@@ -209,6 +219,12 @@ impl fmt::Debug for Hit {
 pub trait Storage: Send + Sync + 'static {
     /// What this backend supports.
     fn capabilities(&self) -> Capabilities;
+
+    /// Used and capacity bytes, for monitoring; `None` (the default) if the backend does not
+    /// account them. Cheap: `StreamCache::stats` calls it.
+    fn usage(&self) -> Option<StorageUsage> {
+        None
+    }
 
     /// Find the current object for `key`.
     ///
@@ -354,6 +370,10 @@ pub async fn read_to_end(reader: &mut dyn BodyReader) -> Result<Vec<u8>, BodyErr
 impl<S: Storage + ?Sized> Storage for Arc<S> {
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()
+    }
+
+    fn usage(&self) -> Option<StorageUsage> {
+        (**self).usage()
     }
 
     async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError> {

@@ -709,3 +709,62 @@ fn outside_a_runtime_errors_are_typed() {
         "{disk:?}"
     );
 }
+
+/// Issue 15: `stats()` counts hits, partial hits, misses, fills, aborts by cause, bytes served
+/// and purges, and reports the backend's used/capacity bytes.
+#[tokio::test]
+async fn stats_count_what_happened() {
+    let cache = StreamCache::new(MemStorage::new(1 << 20));
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    let mut leader = cache
+        .get_or_fill("k", || async { Ok(upstream) })
+        .await
+        .unwrap();
+    send(&tx, "abc");
+    let mut partial = cache.get_or_fill("k", no_fill).await.unwrap();
+    send(&tx, "def");
+    drop(tx);
+    assert_eq!(drain(&mut *leader.body).await.0, b"abcdef");
+    assert_eq!(drain(&mut *partial.body).await.0, b"abcdef");
+    drop((leader, partial));
+    for _ in 0..1_000 {
+        if cache.stats().fills_completed == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let mut hit = cache.lookup("k").await.unwrap().unwrap();
+    let first = hit.body.read().await.unwrap().unwrap();
+    assert_eq!(first, "abc"); // MemStorage returns the written chunks
+    drop(hit); // 3 bytes served, counted on drop
+    assert!(cache.lookup("nothing").await.unwrap().is_none());
+
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    send(&tx, "x");
+    tx.send(Err(io::Error::other("origin reset"))).unwrap();
+    let mut failed = cache
+        .get_or_fill("u", || async { Ok(upstream) })
+        .await
+        .unwrap();
+    assert!(drain(&mut *failed.body).await.1.is_err());
+    let refused = cache
+        .get_or_fill("v", || async { Err(io::Error::other("refused")) })
+        .await;
+    assert!(refused.is_err());
+    assert!(cache.purge("k").await.unwrap());
+
+    let stats = cache.stats();
+    assert_eq!(stats.hits, 1);
+    assert_eq!(stats.partial_hits, 1);
+    assert_eq!(stats.misses, 4, "k, nothing, u, v");
+    assert_eq!(stats.fills_started, 3);
+    assert_eq!(stats.fills_completed, 1);
+    assert_eq!(stats.fills_failed, 1);
+    assert_eq!(stats.aborts.get(AbortKind::Upstream), 1);
+    assert_eq!(stats.aborts.total(), 1);
+    assert_eq!(stats.bytes_served, 6 + 6 + 3 + 1);
+    assert_eq!(stats.purges, 1);
+    let usage = stats.storage.unwrap();
+    assert_eq!(usage.capacity_bytes, Some(1 << 20));
+    assert_eq!(usage.used_bytes, cache.storage().used_bytes());
+}
