@@ -413,6 +413,14 @@ impl<S: Storage> StreamCache<S> {
         {
             return fail(leader, LeadFailure::TooLarge { limit, declared });
         }
+        if upstream.meta.expires_at.is_some() && !self.storage.capabilities().expiry {
+            return fail(
+                leader,
+                LeadFailure::Storage(StorageError::Unsupported(
+                    "object expiry (the backend lacks the expiry capability)",
+                )),
+            );
+        }
         let meta = upstream.meta.clone();
         let writer = match self
             .storage

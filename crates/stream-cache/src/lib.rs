@@ -69,7 +69,7 @@ mod traits;
 #[doc(hidden)]
 pub mod loom_support;
 
-pub use disk::DiskStorage;
+pub use disk::{DiskStorage, DiskStorageBuilder, Durability};
 pub use error::{BodyError, FillError, StorageError, WriteError};
 pub use fence::{Admission, FenceTable, WriteFence};
 pub use front::{NoReaderPolicy, StreamCache, StreamCacheBuilder, Upstream};

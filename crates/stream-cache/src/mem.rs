@@ -12,6 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Context;
+use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -163,7 +164,13 @@ impl Index {
             if entry.id != id || !entry.complete {
                 continue;
             }
-            if entry.object.referenced.swap(false, Ordering::Relaxed) {
+            // An expired object gets no second chance (the clock is read only for those).
+            let expired = entry
+                .object
+                .meta
+                .expires_at
+                .is_some_and(|at| at <= SystemTime::now());
+            if !expired && entry.object.referenced.swap(false, Ordering::Relaxed) {
                 self.clock.push_back((key, id));
                 continue;
             }
@@ -188,6 +195,7 @@ impl Storage for MemStorage {
             .with_partial_reads(true)
             .with_range_reads(true)
             .with_max_object_size(Some(self.shared.max_object_size))
+            .with_expiry(true)
     }
 
     fn usage(&self) -> Option<StorageUsage> {
@@ -209,6 +217,24 @@ impl Storage for MemStorage {
         // An entry whose write was just aborted by a limit may still be indexed for a moment;
         // it is already marked aborted, so it is treated as a miss.
         if matches!(object.cell.state(), WriteState::Aborted(_)) {
+            return Ok(None);
+        }
+        // Expired: a miss, and the object goes now (only objects with an expiry read the clock).
+        if object
+            .meta
+            .expires_at
+            .is_some_and(|at| at <= SystemTime::now())
+        {
+            let mut index = self.shared.index.write();
+            if index
+                .map
+                .get(key)
+                .is_some_and(|entry| Arc::ptr_eq(&entry.object, &object))
+            {
+                // A write still in progress goes on for the readers bound to it, as a
+                // superseded one does; it is no longer the key's object.
+                index.remove(key);
+            }
             return Ok(None);
         }
         if !object.referenced.load(Ordering::Relaxed) {

@@ -7,6 +7,7 @@
 use std::fmt;
 use std::ops::{Range, RangeFrom, RangeFull};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -65,8 +66,8 @@ impl From<Bytes> for CacheKey {
     }
 }
 
-/// What is stored beside a body: an optional declared length (checked at `finish`) and opaque
-/// user bytes (headers, a content type...), returned unchanged by `lookup`.
+/// What is stored beside a body: an optional declared length (checked at `finish`), an optional
+/// expiry, and opaque user bytes (headers, a content type...), returned unchanged by `lookup`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObjectMeta {
     /// The declared body length. Writing more, or finishing with fewer, aborts the write with
@@ -74,6 +75,11 @@ pub struct ObjectMeta {
     pub expected_len: Option<u64>,
     /// Opaque user metadata.
     pub user: Bytes,
+    /// When the object stops being fresh: from then on `lookup` misses and the object may be
+    /// evicted at once. Wall-clock time, so it survives a restart of a persistent backend
+    /// (stored to the millisecond). Needs the backend's `expiry` capability: a backend without
+    /// it refuses such a write with `StorageError::Unsupported`.
+    pub expires_at: Option<SystemTime>,
 }
 
 impl ObjectMeta {
@@ -82,6 +88,7 @@ impl ObjectMeta {
         ObjectMeta {
             expected_len: None,
             user: user.into(),
+            expires_at: None,
         }
     }
 
@@ -89,6 +96,23 @@ impl ObjectMeta {
     pub fn with_len(mut self, len: u64) -> Self {
         self.expected_len = Some(len);
         self
+    }
+
+    /// Expire `ttl` from now (a TTL too large to represent means no expiry).
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.expires_at = SystemTime::now().checked_add(ttl);
+        self
+    }
+
+    /// Expire at `at`.
+    pub fn with_expiry(mut self, at: SystemTime) -> Self {
+        self.expires_at = Some(at);
+        self
+    }
+
+    /// True if the object has an expiry and it is not after `now`.
+    pub fn is_expired_at(&self, now: SystemTime) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
     }
 }
 
@@ -139,6 +163,10 @@ pub struct Capabilities {
     pub max_object_size: Option<u64>,
     /// Complete objects survive a restart of the backend.
     pub persistent: bool,
+    /// `ObjectMeta::expires_at` is kept: `lookup` of an expired object misses (and the object
+    /// becomes evictable at once). Without it, `begin_write` refuses an expiring meta with
+    /// `StorageError::Unsupported`, so an object never outlives its expiry unnoticed.
+    pub expiry: bool,
 }
 
 impl Capabilities {
@@ -149,6 +177,7 @@ impl Capabilities {
             range_reads: false,
             max_object_size: None,
             persistent: false,
+            expiry: false,
         }
     }
 
@@ -173,6 +202,12 @@ impl Capabilities {
     /// Set `persistent`.
     pub const fn with_persistent(mut self, yes: bool) -> Self {
         self.persistent = yes;
+        self
+    }
+
+    /// Set `expiry`.
+    pub const fn with_expiry(mut self, yes: bool) -> Self {
+        self.expiry = yes;
         self
     }
 }

@@ -703,7 +703,7 @@ fn outside_a_runtime_errors_are_typed() {
     assert!(matches!(read, Err(BodyError::NoRuntime)), "{read:?}");
 
     let dir = std::env::temp_dir().join(format!("stream-cache-noruntime-{}", std::process::id()));
-    let disk = futures::executor::block_on(stream_cache::DiskStorage::open(&dir));
+    let disk = futures::executor::block_on(stream_cache::DiskStorage::open(&dir, 1 << 20));
     assert!(
         matches!(disk, Err(stream_cache::StorageError::NoRuntime)),
         "{disk:?}"
