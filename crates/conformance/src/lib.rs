@@ -133,6 +133,12 @@ macro_rules! storage_tests {
                 fault_failed_write
                 fault_failed_finish
                 fault_stream_aborted_partway
+                purge_is_final_for_a_fenced_write
+                newer_write_wins
+                seek_waiting_is_woken
+                range_reader_sees_abort
+                range_end_one_past_length
+                source_reader_sees_abort
             );
         }
     };

@@ -77,3 +77,37 @@ async fn finish_ignores_length_mismatch() {
 async fn writer_drop_noticed_asynchronously() {
     suite_catches(Bug::DropNoticedLater, "writer_dropped_lookup_misses").await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn purge_undone_by_an_older_write() {
+    suite_catches(
+        Bug::PurgeUndoneByOlderWrite,
+        "purge_is_final_for_a_fenced_write",
+    )
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn older_write_replaces_a_newer_one() {
+    suite_catches(Bug::OlderWriteReplacesNewer, "newer_write_wins").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_seek_never_woken() {
+    suite_catches(Bug::SeekNeverRegistersWaker, "seek_waiting_is_woken").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_as_clean_end_for_range_readers_only() {
+    suite_catches(Bug::AbortAsCleanEndForRanges, "range_reader_sees_abort").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn range_end_one_past_the_length_accepted() {
+    suite_catches(Bug::RangeEndOnePastSatisfiable, "range_end_one_past_length").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn source_reader_turns_an_abort_into_a_clean_end() {
+    suite_catches(Bug::SourceReaderAbortAsCleanEnd, "source_reader_sees_abort").await;
+}

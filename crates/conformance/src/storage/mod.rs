@@ -27,9 +27,11 @@ pub mod check;
 mod aborts;
 mod basics;
 mod faults;
+mod fences;
 mod ranges;
 mod readers;
 mod sweeps;
+mod waits;
 mod writers;
 
 use std::future::Future;
@@ -45,6 +47,7 @@ pub use aborts::{
 };
 pub use basics::{empty_body, large_body_many_chunks, meta_round_trip, missing_key, round_trip};
 pub use faults::{fault_failed_finish, fault_failed_write, fault_stream_aborted_partway};
+pub use fences::{newer_write_wins, purge_is_final_for_a_fenced_write};
 pub use ranges::{bad_ranges, range_read_complete, range_read_partial};
 pub use readers::{
     many_concurrent_readers, partial_read_while_writing, purge_complete_object, purge_during_read,
@@ -52,6 +55,10 @@ pub use readers::{
     waiting_readers_woken_by_every_event,
 };
 pub use sweeps::{cancel_sweep_purge, cancel_sweep_read, cancel_sweep_write};
+pub use waits::{
+    range_end_one_past_length, range_reader_sees_abort, seek_waiting_is_woken,
+    source_reader_sees_abort,
+};
 pub use writers::{concurrent_writers_one_key, replacing_an_object};
 
 use crate::report::{CaseError, CaseResult, Outcome, Report};
@@ -286,6 +293,12 @@ case_table!(
     fault_failed_write,
     fault_failed_finish,
     fault_stream_aborted_partway,
+    purge_is_final_for_a_fenced_write,
+    newer_write_wins,
+    seek_waiting_is_woken,
+    range_reader_sees_abort,
+    range_end_one_past_length,
+    source_reader_sees_abort,
 );
 
 /// The storage suite over a factory of fresh storages.

@@ -44,6 +44,16 @@ pub enum Bug {
     /// `begin_write_fenced` ignores newer writes made visible after the fence was taken: an
     /// older write replaces a newer one.
     OlderWriteReplacesNewer,
+    /// A `seek` that must wait for its start returns `Pending` without registering its waker.
+    SeekNeverRegistersWaker,
+    /// An abort is reported as a clean end, but only to readers that have a byte range.
+    AbortAsCleanEndForRanges,
+    /// A range whose end is one past the final length of a partial body that completes is
+    /// treated as satisfiable (an off-by-one in the completion check).
+    RangeEndOnePastSatisfiable,
+    /// Readers opened through `BodyWriter::source` (the followers of `StreamCache`) report an
+    /// abort as a clean end.
+    SourceReaderAbortAsCleanEnd,
 }
 
 /// Largest chunk one read returns.
@@ -369,7 +379,9 @@ struct BuggySource(Arc<Body>);
 
 impl BodySource for BuggySource {
     fn open(&self) -> Box<dyn BodyReader> {
-        Box::new(BuggyReader::new(Arc::clone(&self.0)))
+        let mut reader = BuggyReader::new(Arc::clone(&self.0));
+        reader.from_source = true;
+        Box::new(reader)
     }
 
     fn state(&self) -> WriteState {
@@ -385,6 +397,8 @@ struct BuggyReader {
     body: Arc<Body>,
     pos: u64,
     end: Option<u64>,
+    /// Opened through `BodyWriter::source`.
+    from_source: bool,
 }
 
 impl BuggyReader {
@@ -393,6 +407,7 @@ impl BuggyReader {
             body,
             pos: 0,
             end: None,
+            from_source: false,
         }
     }
 
@@ -414,13 +429,29 @@ impl BuggyReader {
             }
             // RULE: after an abort, every written byte and then the error, every time.
             Some(Err(_)) if self.body.bug == Bug::AbortAsCleanEnd => Poll::Ready(Ok(None)),
+            Some(Err(_))
+                if self.body.bug == Bug::AbortAsCleanEndForRanges && self.end.is_some() =>
+            {
+                Poll::Ready(Ok(None))
+            }
+            Some(Err(_))
+                if self.body.bug == Bug::SourceReaderAbortAsCleanEnd && self.from_source =>
+            {
+                Poll::Ready(Ok(None))
+            }
             Some(Err(reason)) => Poll::Ready(Err(BodyError::Aborted(reason.clone()))),
             Some(Ok(())) => match self.end {
-                Some(end) if end > len => Poll::Ready(Err(BodyError::RangeNotSatisfiable {
-                    start: self.pos,
-                    end: Some(end),
-                    len,
-                })),
+                Some(end)
+                    if end > len
+                        && !(self.body.bug == Bug::RangeEndOnePastSatisfiable
+                            && end == len + 1) =>
+                {
+                    Poll::Ready(Err(BodyError::RangeNotSatisfiable {
+                        start: self.pos,
+                        end: Some(end),
+                        len,
+                    }))
+                }
                 _ => Poll::Ready(Ok(None)),
             },
         }
@@ -449,7 +480,9 @@ impl BuggyReader {
         if range.start > len {
             return match &state.end {
                 None => {
-                    state.wait(cx.waker(), self.body.bug);
+                    if self.body.bug != Bug::SeekNeverRegistersWaker {
+                        state.wait(cx.waker(), self.body.bug);
+                    }
                     Poll::Pending
                 }
                 Some(Err(reason)) => Poll::Ready(Err(BodyError::Aborted(reason.clone()))),
