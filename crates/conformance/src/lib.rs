@@ -185,6 +185,11 @@ macro_rules! storage_tests {
                 range_reader_sees_abort
                 range_end_one_past_length
                 source_reader_sees_abort
+                expired_object_is_a_miss
+                persistent_complete_objects_survive
+                persistent_purge_is_final
+                persistent_capacity_holds
+                persistent_expired_objects_are_misses
             );
         }
     };

@@ -111,3 +111,62 @@ async fn range_end_one_past_the_length_accepted() {
 async fn source_reader_turns_an_abort_into_a_clean_end() {
     suite_catches(Bug::SourceReaderAbortAsCleanEnd, "source_reader_sees_abort").await;
 }
+
+/// A backend that claims `persistent` but loses everything on a reopen (an in-memory backend
+/// with the flag set): the persistent cases catch it.
+struct ClaimsPersistence(stream_cache::MemStorage);
+
+#[async_trait::async_trait]
+impl stream_cache::Storage for ClaimsPersistence {
+    fn capabilities(&self) -> stream_cache::Capabilities {
+        self.0.capabilities().with_persistent(true)
+    }
+    fn usage(&self) -> Option<stream_cache::StorageUsage> {
+        self.0.usage()
+    }
+    async fn lookup(
+        &self,
+        key: &stream_cache::CacheKey,
+    ) -> Result<Option<stream_cache::Hit>, stream_cache::StorageError> {
+        self.0.lookup(key).await
+    }
+    fn fence(&self, key: &stream_cache::CacheKey) -> stream_cache::WriteFence {
+        self.0.fence(key)
+    }
+    async fn begin_write_fenced(
+        &self,
+        key: &stream_cache::CacheKey,
+        meta: stream_cache::ObjectMeta,
+        fence: stream_cache::WriteFence,
+    ) -> Result<Box<dyn stream_cache::BodyWriter>, stream_cache::StorageError> {
+        self.0.begin_write_fenced(key, meta, fence).await
+    }
+    async fn purge(
+        &self,
+        key: &stream_cache::CacheKey,
+    ) -> Result<bool, stream_cache::StorageError> {
+        self.0.purge(key).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_false_claim_of_persistence_is_caught() {
+    let report = Suite::new(|| async { ClaimsPersistence(stream_cache::MemStorage::new(1 << 20)) })
+        .settings(
+            conformance::storage::Settings::default().reopen(|_: &ClaimsPersistence| async {
+                ClaimsPersistence(stream_cache::MemStorage::new(1 << 20))
+            }),
+        )
+        .run()
+        .await;
+    for case in [
+        "persistent_complete_objects_survive",
+        "persistent_expired_objects_are_misses",
+        "persistent_capacity_holds",
+    ] {
+        assert!(
+            matches!(report.outcome(case), Some(Outcome::Failed(_))),
+            "{case} must fail: {report}"
+        );
+    }
+}

@@ -630,6 +630,14 @@ impl DiskStorage {
         Self::builder(root, capacity).open().await
     }
 
+    /// The directory this storage lives in (what to reopen after a restart).
+    pub fn root(&self) -> &Path {
+        self.shared
+            .objects
+            .parent()
+            .expect("the objects directory is under the root")
+    }
+
     /// Number of writes in progress (current ones).
     pub fn writes_in_progress(&self) -> usize {
         self.shared.index.lock().active.len()
