@@ -921,8 +921,9 @@ impl Storage for DiskStorage {
             self.shared.fences.purge(key);
             let mut removed = false;
             if let Some(write) = index.active.remove(key) {
+                // Its temp file stays charged until its writer goes (and removes it): the
+                // bytes are on disk until then.
                 write.cell.abort(AbortReason::Purged);
-                DiskShared::release(&mut index, &write);
                 removed = true;
             }
             removed |= index.drop_object(key, &self.shared.objects).is_some();

@@ -77,8 +77,8 @@ pub struct ObjectMeta {
     pub user: Bytes,
     /// When the object stops being fresh: from then on `lookup` misses and the object may be
     /// evicted at once. Wall-clock time, so it survives a restart of a persistent backend
-    /// (stored to the millisecond). Needs the backend's `expiry` capability: a backend without
-    /// it refuses such a write with `StorageError::Unsupported`.
+    /// (stored to the millisecond). Honoured only by backends with the `expiry` capability
+    /// (`StreamCache` refuses expiring fills for the others).
     pub expires_at: Option<SystemTime>,
 }
 
@@ -164,8 +164,9 @@ pub struct Capabilities {
     /// Complete objects survive a restart of the backend.
     pub persistent: bool,
     /// `ObjectMeta::expires_at` is kept: `lookup` of an expired object misses (and the object
-    /// becomes evictable at once). Without it, `begin_write` refuses an expiring meta with
-    /// `StorageError::Unsupported`, so an object never outlives its expiry unnoticed.
+    /// becomes evictable at once). A backend without it may ignore the expiry, so
+    /// `StreamCache` refuses to fill an expiring object into it (`StorageError::Unsupported`)
+    /// rather than serve it past its expiry.
     pub expiry: bool,
 }
 
