@@ -190,6 +190,7 @@ macro_rules! storage_tests {
                 persistent_purge_is_final
                 persistent_capacity_holds
                 persistent_expired_objects_are_misses
+                corrupted_body_is_not_served
             );
         }
     };

@@ -13,6 +13,7 @@ use conformance::storage::Suite;
 /// failure carries the case's name, and that `assert_passed` panics with a message naming it.
 async fn suite_catches(bug: Bug, case: &str) {
     let report = Suite::new(move || async move { BuggyStorage::new(bug, 1 << 20) })
+        .settings(with_damage())
         .run()
         .await;
     println!("{bug:?}:\n{report}");
@@ -31,9 +32,18 @@ async fn suite_catches(bug: Bug, case: &str) {
     );
 }
 
+/// The damage hook: flip a byte in every stored body.
+fn with_damage() -> conformance::storage::Settings {
+    conformance::storage::Settings::default().damage(|storage: &BuggyStorage| {
+        storage.damage();
+        async {}
+    })
+}
+
 #[tokio::test(start_paused = true)]
 async fn control_without_a_bug_passes() {
     Suite::new(|| async { BuggyStorage::new(Bug::None, 1 << 20) })
+        .settings(with_damage())
         .run()
         .await
         .assert_passed();
@@ -169,4 +179,9 @@ async fn a_false_claim_of_persistence_is_caught() {
             "{case} must fail: {report}"
         );
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn checksum_stored_but_never_verified() {
+    suite_catches(Bug::ChecksumNotVerified, "corrupted_body_is_not_served").await;
 }

@@ -53,8 +53,9 @@ pub use basics::{empty_body, large_body_many_chunks, meta_round_trip, missing_ke
 pub use faults::{fault_failed_finish, fault_failed_write, fault_stream_aborted_partway};
 pub use fences::{newer_write_wins, purge_is_final_for_a_fenced_write};
 pub use persistent::{
-    expired_object_is_a_miss, persistent_capacity_holds, persistent_complete_objects_survive,
-    persistent_expired_objects_are_misses, persistent_purge_is_final,
+    corrupted_body_is_not_served, expired_object_is_a_miss, persistent_capacity_holds,
+    persistent_complete_objects_survive, persistent_expired_objects_are_misses,
+    persistent_purge_is_final,
 };
 pub use ranges::{bad_ranges, range_read_complete, range_read_partial};
 pub use readers::{
@@ -96,6 +97,22 @@ pub struct Settings {
     /// How to open a second instance of a storage on the same place (see
     /// [`Settings::reopen`]); needed by the cases of backends that declare `persistent`.
     pub reopen: Option<Reopen>,
+    /// How to damage the stored bodies behind the backend's back (see [`Settings::damage`]);
+    /// needed by `corrupted_body_is_not_served`.
+    pub damage: Option<Damage>,
+}
+
+/// A type-erased damage hook (see [`Settings::damage`]).
+#[derive(Clone)]
+pub struct Damage(Arc<ErasedDamage>);
+
+type ErasedDamage =
+    dyn Fn(&(dyn Any + Send + Sync)) -> Option<BoxFuture<'static, ()>> + Send + Sync;
+
+impl std::fmt::Debug for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Damage(..)")
+    }
 }
 
 /// A type-erased reopen hook (see [`Settings::reopen`]).
@@ -122,6 +139,7 @@ impl Default for Settings {
             max_streamed_limit: 8 << 20,
             max_sweep_polls: 500,
             reopen: None,
+            damage: None,
         }
     }
 }
@@ -154,6 +172,24 @@ impl Settings {
     /// Set the number of concurrent readers.
     pub fn readers(mut self, readers: usize) -> Self {
         self.readers = readers.max(2);
+        self
+    }
+
+    /// How to damage what the backend stored, as bit rot or a torn write would: flip at least
+    /// one byte in the middle of every stored body (not its metadata). The
+    /// `corrupted_body_is_not_served` case then requires that the body is served byte-exact or
+    /// not at all (never other bytes followed by a clean end); without a hook it is skipped.
+    pub fn damage<S, Fut>(mut self, damage: impl Fn(&S) -> Fut + Send + Sync + 'static) -> Self
+    where
+        S: Storage,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.damage = Some(Damage(Arc::new(
+            move |storage: &(dyn Any + Send + Sync)| {
+                let storage = storage.downcast_ref::<S>()?;
+                Some(damage(storage).boxed())
+            },
+        )));
         self
     }
 
@@ -281,6 +317,22 @@ impl Ctx {
         &self.settings
     }
 
+    /// Damage the stored bodies with the [`Settings::damage`] hook; `Err(Skipped)` without one.
+    ///
+    /// Cancel safety: as the hook's future.
+    pub async fn damage(&self) -> CaseResult {
+        let (Some(hook), Some(typed)) = (&self.settings.damage, &self.typed) else {
+            return Err(self.skip("no damage hook given (Settings::damage)"));
+        };
+        let Some(damaging) = (hook.0)(&**typed) else {
+            return Err(self.failure(
+                "the damage hook to take this storage's type",
+                "it takes another type",
+            ));
+        };
+        self.step("damage the stored bodies", damaging).await
+    }
+
     /// Whether the storage declares `need`.
     pub fn has(&self, need: Need) -> bool {
         match need {
@@ -389,6 +441,7 @@ case_table!(
     persistent_purge_is_final,
     persistent_capacity_holds,
     persistent_expired_objects_are_misses,
+    corrupted_body_is_not_served,
 );
 
 /// The storage suite over a factory of fresh storages.

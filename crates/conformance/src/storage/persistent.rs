@@ -1,7 +1,9 @@
 //! Cases for freshness and persistence (issue 15): an expired object is a miss; a backend that
 //! declares `persistent` is reopened on the same place (`Settings::reopen`) and must keep
 //! complete objects byte-exact, drop partial ones, keep purges, keep its capacity and keep
-//! expired objects out. This is what reads `Capabilities::persistent`.
+//! expired objects out. This is what reads `Capabilities::persistent`. With a damage hook
+//! (`Settings::damage`), a body damaged behind the backend's back is never served as another
+//! complete body (the checksum is verified).
 
 use std::time::{Duration, SystemTime};
 
@@ -176,4 +178,27 @@ pub async fn persistent_expired_objects_are_misses(ctx: Ctx) -> CaseResult {
     drop(old);
     check::expect_miss(&reopened, "an expired object after the reopen", &stale).await?;
     check::expect_stored(&reopened, "a fresh object after the reopen", &fresh, b"new").await
+}
+
+/// A body damaged behind the backend's back (`Settings::damage`) is served byte-exact or not at
+/// all: a miss, or an error (after any bytes), never other bytes followed by a clean end. A
+/// backend that stores checksums but does not verify them fails here.
+pub async fn corrupted_body_is_not_served(ctx: Ctx) -> CaseResult {
+    let body = pattern(200 * 1024, 17);
+    let key = CacheKey::from("damaged");
+    check::store(&ctx, &key, ObjectMeta::default(), &body).await?;
+    ctx.damage().await?;
+    let Some(mut hit) = check::lookup(&ctx, "lookup of a damaged object", &key).await? else {
+        return Ok(());
+    };
+    let drained = check::drain(&ctx, "the damaged object", &mut *hit.body).await?;
+    ctx.ensure(
+        drained.end.is_err() || drained.bytes == body,
+        "the damaged body byte-exact, or an error: never other bytes and a clean end",
+        format!(
+            "{}, then {}",
+            check::describe_bytes(&drained.bytes, &body),
+            check::describe_end(&drained.end)
+        ),
+    )
 }

@@ -54,6 +54,8 @@ pub enum Bug {
     /// Readers opened through `BodyWriter::source` (the followers of `StreamCache`) report an
     /// abort as a clean end.
     SourceReaderAbortAsCleanEnd,
+    /// A checksum is stored at `finish` but never compared when the body is read.
+    ChecksumNotVerified,
 }
 
 /// Largest chunk one read returns.
@@ -74,6 +76,15 @@ struct BodyState {
     waiters: Vec<Waker>,
     /// The shared read position of `Bug::SharedReadPosition`.
     shared_pos: u64,
+    /// A checksum of the bytes, taken at `finish` and verified at the end of every read.
+    sum: Option<u64>,
+}
+
+fn checksum(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl BodyState {
@@ -141,6 +152,17 @@ pub struct BuggyStorage {
 }
 
 impl BuggyStorage {
+    /// Bit rot: flip one byte in the middle of every stored body (the conformance damage hook).
+    pub fn damage(&self) {
+        for current in self.index.lock().unwrap().values() {
+            let mut state = current.body.state.lock().unwrap();
+            let middle = state.bytes.len() / 2;
+            if let Some(byte) = state.bytes.get_mut(middle) {
+                *byte ^= 0x20;
+            }
+        }
+    }
+
     /// An empty storage with `bug`, accepting objects of up to `max_object_size` bytes.
     pub fn new(bug: Bug, max_object_size: u64) -> Self {
         BuggyStorage {
@@ -332,6 +354,7 @@ impl BodyWriter for BuggyWriter {
                 }),
                 _ => {
                     state.end = Some(Ok(()));
+                    state.sum = Some(checksum(&state.bytes));
                     Ok(len)
                 }
             }
@@ -451,6 +474,12 @@ impl BuggyReader {
                         end: Some(end),
                         len,
                     }))
+                }
+                // RULE: a stored checksum is verified before the clean end.
+                _ if self.body.bug != Bug::ChecksumNotVerified
+                    && state.sum.is_some_and(|sum| sum != checksum(&state.bytes)) =>
+                {
+                    Poll::Ready(Err(BodyError::Aborted(AbortReason::Corrupt)))
                 }
                 _ => Poll::Ready(Ok(None)),
             },
