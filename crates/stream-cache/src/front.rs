@@ -263,7 +263,10 @@ impl<S: Storage> StreamCache<S> {
     }
 
     /// Remove `key` (an in-progress write is aborted with `Purged`), and detach a fill that has
-    /// not yet published so later callers start afresh.
+    /// not yet published so later callers start afresh. Final: once this returns, no fill that
+    /// started before it publishes a body under `key` (its write is fenced out and ends
+    /// `Aborted(Purged)` for its readers), and a fill started after it is never replaced by an
+    /// older one (see `Storage::fence`).
     ///
     /// Cancel safety: as the storage's `purge`.
     pub async fn purge(&self, key: impl Into<CacheKey>) -> Result<bool, StorageError> {
