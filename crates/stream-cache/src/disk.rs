@@ -88,12 +88,15 @@ const BODY_LEN_AT: u64 = 32;
 /// Body length, checksum, magic.
 const TAIL_FIXED: u64 = 8 + 8 + 8;
 const NONE: u64 = u64::MAX;
-/// Checksum block size; also the largest chunk a verifying read returns.
+/// Checksum block size.
 pub(crate) const BLOCK: u64 = 64 * 1024;
+/// Checksum blocks a verifying read fetches and checks at once (256 KiB).
+const VERIFIED_READ_BLOCKS: u64 = 4;
 /// Largest chunk a read of a write in progress returns.
 const READ_CHUNK: u64 = 64 * 1024;
-/// Key and meta bytes an object at the size limit may carry and still fit in the capacity (a
-/// larger header can make such a write abort with `TooLarge { limit: capacity }`).
+/// Key and meta bytes an object at the size limit may carry and still fit in the capacity (at
+/// most an eighth of the capacity; a larger header can make such a write abort with
+/// `TooLarge { limit: capacity }`).
 const KEY_META_ALLOWANCE: u64 = 64 * 1024;
 /// Stale CLOCK records tolerated beyond one per object before compaction (as `MemStorage`).
 const CLOCK_SLACK: usize = 16;
@@ -123,7 +126,8 @@ pub struct DiskStorageBuilder {
 impl DiskStorageBuilder {
     /// The largest body accepted (a larger declared length is refused, a larger body aborts
     /// with `TooLarge`). Never more than the capacity minus a file's overhead (header with up
-    /// to 64 KiB of key and meta, block table, tail), which is also the default.
+    /// to 64 KiB (at most an eighth of the capacity) of key and meta, block table, tail), which
+    /// is also the default.
     pub fn max_object_size(mut self, limit: u64) -> Self {
         self.max_object_size = Some(limit);
         self
@@ -158,7 +162,10 @@ impl DiskStorageBuilder {
         };
         // An object at the limit must fit in the capacity with its header (key and meta up to
         // `KEY_META_ALLOWANCE`), block table and tail.
-        let overhead = HEAD_FIXED + TAIL_FIXED + 8 * blocks_for(capacity) + KEY_META_ALLOWANCE;
+        let overhead = HEAD_FIXED
+            + TAIL_FIXED
+            + 8 * blocks_for(capacity)
+            + KEY_META_ALLOWANCE.min(capacity / 8);
         let max_object_size = self
             .max_object_size
             .unwrap_or(u64::MAX)
@@ -1257,25 +1264,34 @@ impl BodyReader for DiskReader {
                 .map_err(|error| BodyError::Io(Arc::new(error)))?
             }
             Some(verify) => {
-                let block = pos / BLOCK;
-                let start = block * BLOCK;
-                let end = (start + BLOCK).min(verify.body_len);
-                let expected = verify.blocks[block as usize];
-                let block_bytes = blocking(move || {
+                // Whole blocks covering [pos, upto), at most `VERIFIED_READ_BLOCKS` of them per
+                // read (one trip to the blocking pool), each checked before any byte is returned.
+                let first = pos / BLOCK;
+                let last = upto
+                    .div_ceil(BLOCK)
+                    .min(first + VERIFIED_READ_BLOCKS)
+                    .min(verify.blocks.len() as u64);
+                let start = first * BLOCK;
+                let end = (last * BLOCK).min(verify.body_len);
+                let span = blocking(move || {
                     let mut buf = vec![0u8; (end - start) as usize];
                     read_exact_at(&file, &mut buf, body_offset + start)?;
                     Ok(Bytes::from(buf))
                 })
                 .await
                 .map_err(|error| BodyError::Io(Arc::new(error)))?;
-                if xxh3_64(&block_bytes) != expected {
+                let intact = span
+                    .chunks(BLOCK as usize)
+                    .zip(&verify.blocks[first as usize..last as usize])
+                    .all(|(block, expected)| xxh3_64(block) == *expected);
+                if !intact {
                     self.corrupt = true;
                     if let Some(owner) = verify.owner.upgrade() {
                         owner.drop_corrupt(&verify.key, verify.seq);
                     }
                     return Err(BodyError::Aborted(AbortReason::Corrupt));
                 }
-                block_bytes.slice((pos - start) as usize..(upto.min(end) - start) as usize)
+                span.slice((pos - start) as usize..(upto.min(end) - start) as usize)
             }
         };
         self.cursor.consume(bytes.len() as u64);

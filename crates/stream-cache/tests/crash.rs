@@ -18,13 +18,17 @@ use stream_cache::{AbortReason, BodyError, DiskStorage, ObjectMeta, Storage};
 const BODY_LEN: usize = 200 * 1024; // four checksum blocks, the last one short
 
 fn body() -> Vec<u8> {
-    (0..BODY_LEN).map(|i| (i % 251) as u8).collect()
+    body_of_len(BODY_LEN)
+}
+
+fn body_of_len(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
 }
 
 /// What a crash can leave behind.
 #[derive(Debug, Clone, Copy)]
 enum Damage {
-    /// The body's blocks from `at` on were never written: zeroes, length and tail intact.
+    /// 64 KiB of the body from `at` on were never written: zeroes, length and tail intact.
     ZeroBody { at: usize },
     /// One body byte flipped (bit rot, a torn sector).
     FlipBody { at: usize },
@@ -52,15 +56,25 @@ fn body_offset(file: &[u8]) -> usize {
     40 + key_len + meta_len
 }
 
+/// The body length in an object file's header.
+fn body_len(file: &[u8]) -> usize {
+    u64::from_le_bytes(file[32..40].try_into().unwrap()) as usize
+}
+
 /// Apply `damage` to the object file at `path`, in place (the same inode, as a crash would).
 fn damage(path: &Path, damage: Damage) {
     let mut bytes = std::fs::read(path).unwrap();
     let body_at = body_offset(&bytes);
+    let len = body_len(&bytes);
     match damage {
-        Damage::ZeroBody { at } => bytes[body_at + at..body_at + BODY_LEN].fill(0),
+        Damage::ZeroBody { at } => {
+            let tail = 24 + 8 * len.div_ceil(65536);
+            let end = (body_at + at + 65536).min(bytes.len() - tail);
+            bytes[body_at + at..end].fill(0);
+        }
         Damage::FlipBody { at } => bytes[body_at + at] ^= 0x40,
         Damage::FlipHeader => bytes[41] ^= 0x01,
-        Damage::FlipTable => bytes[body_at + BODY_LEN + 3] ^= 0x01,
+        Damage::FlipTable => bytes[body_at + len + 3] ^= 0x01,
         Damage::Truncate { keep } => bytes.truncate(keep),
     }
     // Write through the existing file so open readers see the damage.
@@ -147,26 +161,29 @@ async fn damage_found_on_reopen_is_never_served() {
 }
 
 /// Damage under a reader already streaming the object (it loaded the checksum table when it
-/// opened): the read ends with `Corrupt` at the damaged block, after exact bytes only.
+/// opened and has read the first chunk): the read ends with `Corrupt` at the damaged block,
+/// after exact bytes only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn damage_mid_stream_ends_the_read_with_corrupt() {
+    let long = body_of_len(1 << 20);
     for case in [
-        Damage::ZeroBody { at: 131_072 },
-        Damage::FlipBody { at: 199_999 },
+        Damage::ZeroBody { at: 600_000 },
+        Damage::FlipBody { at: 1_000_000 },
     ] {
         let dir = TempDir::new();
-        let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
-        store(&storage, "k", &body()).await;
+        let storage = DiskStorage::open(dir.path(), 4 << 20).await.unwrap();
+        store(&storage, "k", &long).await;
         let mut hit = storage.lookup(&"k".into()).await.unwrap().unwrap();
         let first = hit.body.read().await.unwrap().unwrap();
-        assert_eq!(first, body()[..first.len()]);
+        assert_eq!(first, long[..first.len()]);
+        assert!(first.len() < 600_000);
         damage(&object_files(dir.path())[0], case);
         let (rest, end) = drain(&mut *hit.body).await;
         assert!(
             matches!(end, Err(BodyError::Aborted(AbortReason::Corrupt))),
             "{case:?}: {end:?}"
         );
-        assert!(body()[first.len()..].starts_with(&rest), "{case:?}");
+        assert!(long[first.len()..].starts_with(&rest), "{case:?}");
         // Sticky, and the object is dropped.
         assert!(hit.body.read().await.is_err());
         assert!(storage.lookup(&"k".into()).await.unwrap().is_none());
