@@ -772,10 +772,10 @@ impl Storage for DiskStorage {
             let mut index = self.shared.index.lock();
             if let Some(write) = index.active.get(key)
                 && !matches!(write.cell.state(), WriteState::Aborted(_))
-                && !write
+                && write
                     .meta
                     .expires_at
-                    .is_some_and(|at| at <= SystemTime::now())
+                    .is_none_or(|at| at > SystemTime::now())
             {
                 return Ok(Some(Hit {
                     meta: write.meta.clone(),
