@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use stream_cache::{
     AbortReason, BodyError, BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities,
-    Hit, ObjectMeta, Storage, StorageError, WriteError, WriteState,
+    Hit, ObjectMeta, Storage, StorageError, StorageUsage, WriteError, WriteFence, WriteState,
 };
 
 /// The error an injected fault carries (inside `AbortReason::Upstream`, `AbortReason::Storage`,
@@ -185,6 +185,10 @@ impl<S: Storage> Storage for Faulty<S> {
         self.inner.capabilities()
     }
 
+    fn usage(&self) -> Option<StorageUsage> {
+        self.inner.usage()
+    }
+
     /// Cancel safety: dropped during the stall, nothing happened; afterwards, as the inner
     /// backend's lookup.
     async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError> {
@@ -205,12 +209,17 @@ impl<S: Storage> Storage for Faulty<S> {
         }))
     }
 
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        self.inner.fence(key)
+    }
+
     /// Cancel safety: dropped during the stall, nothing happened; afterwards, as the inner
-    /// backend's `begin_write`.
-    async fn begin_write(
+    /// backend's `begin_write_fenced`. (`begin_write` takes its fence before the stall.)
+    async fn begin_write_fenced(
         &self,
         key: &CacheKey,
         meta: ObjectMeta,
+        fence: WriteFence,
     ) -> Result<Box<dyn BodyWriter>, StorageError> {
         self.state.stall().await;
         let state = &self.state;
@@ -219,7 +228,7 @@ impl<S: Storage> Storage for Faulty<S> {
                 "begin_write #{n} failed"
             )))));
         }
-        let inner = self.inner.begin_write(key, meta).await?;
+        let inner = self.inner.begin_write_fenced(key, meta, fence).await?;
         Ok(Box::new(FaultyWriter {
             inner: Some(inner),
             state: Arc::clone(&self.state),

@@ -54,9 +54,47 @@ pub mod __private {
     use crate::report::Outcome;
     use crate::storage::{CASES, Settings, Suite};
 
-    /// Run storage case `name` on a fresh multi-thread runtime (2 workers, all drivers) and
-    /// panic with the report if it failed; a skip is printed and passes.
+    /// Run storage case `name` on a fresh multi-thread runtime (2 workers, all drivers).
+    /// Panics with the report if it failed, and if it was skipped: a skip that the
+    /// `storage_tests!` user did not declare (with `skip: [...]`) must not pass as a test.
     pub fn run_storage_case<F, Fut, S>(name: &str, factory: F, settings: Settings)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = S>,
+        S: stream_cache::Storage,
+    {
+        let report = run(name, factory, settings);
+        if let Some(Outcome::Skipped(skip)) = report.outcome(name) {
+            panic!(
+                "conformance: {name} was SKIPPED ({}), so it did not run. If the backend lacks \
+                 this on purpose, list the case in `storage_tests!(..., skip: [{name}])`: it then \
+                 shows as ignored",
+                skip.reason
+            );
+        }
+        report.assert_passed();
+    }
+
+    /// Run storage case `name`, declared skipped by the `storage_tests!` user (the generated
+    /// test is `#[ignore]`d; this runs with `--ignored`): panics unless it is indeed skipped,
+    /// so the declaration cannot hide a case that runs and fails or passes unseen.
+    pub fn run_declared_skip<F, Fut, S>(name: &str, factory: F, settings: Settings)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = S>,
+        S: stream_cache::Storage,
+    {
+        let report = run(name, factory, settings);
+        match report.outcome(name) {
+            Some(Outcome::Skipped(_)) => {}
+            other => panic!(
+                "conformance: {name} is declared skipped in `storage_tests!` but it ran \
+                 ({other:?}); remove it from `skip: [...]`\n{report}"
+            ),
+        }
+    }
+
+    fn run<F, Fut, S>(name: &str, factory: F, settings: Settings) -> crate::Report
     where
         F: Fn() -> Fut,
         Fut: Future<Output = S>,
@@ -71,11 +109,7 @@ pub mod __private {
             .enable_all()
             .build()
             .expect("build a tokio runtime");
-        let report = runtime.block_on(Suite::new(factory).settings(settings).only([name]).run());
-        if let Some(Outcome::Skipped(skip)) = report.outcome(name) {
-            eprintln!("conformance: {name} SKIPPED: {}", skip.reason);
-        }
-        report.assert_passed();
+        runtime.block_on(Suite::new(factory).settings(settings).only([name]).run())
     }
 }
 
@@ -89,20 +123,32 @@ pub mod __private {
 /// ```
 ///
 /// The factory expression is evaluated in each generated test (inside the module, with
-/// `use super::*`). Each test runs its case on its own multi-thread tokio runtime. A case skipped
-/// for a missing capability prints `SKIPPED` and passes (libtest has no skipped outcome); use
-/// [`storage::Suite`] to see skips counted.
+/// `use super::*`). Each test runs its case on its own multi-thread tokio runtime.
+///
+/// A case the backend skips (it lacks a capability) *fails* its test: "nothing ran" must never
+/// read as "conforms". Declare the cases your backend skips on purpose with `skip: [...]`; they
+/// are generated `#[ignore]`d, so libtest shows them as ignored, and `--ignored` checks that
+/// they are indeed skipped:
+///
+/// ```ignore
+/// conformance::storage_tests!(no_ranges, || async { MyStorage::new() },
+///     conformance::storage::Settings::default(),
+///     skip: [range_read_partial, range_read_complete, bad_ranges]);
+/// ```
 #[macro_export]
 macro_rules! storage_tests {
     ($name:ident, $factory:expr $(,)?) => {
         $crate::storage_tests!($name, $factory, $crate::storage::Settings::default());
     };
     ($name:ident, $factory:expr, $settings:expr $(,)?) => {
+        $crate::storage_tests!($name, $factory, $settings, skip: []);
+    };
+    ($name:ident, $factory:expr, $settings:expr, skip: [$($skip:ident),* $(,)?] $(,)?) => {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
             $crate::__storage_case_tests!(
-                [$factory, $settings]
+                ($) [$factory, $settings] [$($skip)*]
                 round_trip
                 empty_body
                 large_body_many_chunks
@@ -134,25 +180,53 @@ macro_rules! storage_tests {
                 fault_failed_write
                 fault_failed_finish
                 fault_stream_aborted_partway
+                purge_is_final_for_a_fenced_write
+                newer_write_wins
+                seek_waiting_is_woken
+                range_reader_sees_abort
+                range_end_one_past_length
+                source_reader_sees_abort
+                expired_object_is_a_miss
+                persistent_complete_objects_survive
+                persistent_purge_is_final
+                persistent_capacity_holds
+                persistent_expired_objects_are_misses
+                corrupted_body_is_not_served
             );
         }
     };
 }
 
-/// The per-case half of [`storage_tests!`]; not a public API.
+/// The per-case half of [`storage_tests!`]; not a public API. `$d` is a `$` token, so that the
+/// local `__storage_case_test` macro can match each case against the declared skips.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __storage_case_tests {
-    ([$factory:expr, $settings:expr] $($case:ident)*) => {
+    (($d:tt) [$factory:expr, $settings:expr] [$($skip:ident)*] $($case:ident)*) => {
         /// The case names this module generated, for checking against `storage::CASES`.
         #[allow(dead_code)]
         pub const GENERATED: &[&str] = &[$(stringify!($case)),*];
-        $(
-            #[test]
-            fn $case() {
-                $crate::__private::run_storage_case(stringify!($case), $factory, $settings);
-            }
-        )*
+        /// The cases declared skipped (generated `#[ignore]`d).
+        #[allow(dead_code)]
+        pub const DECLARED_SKIPS: &[&str] = &[$(stringify!($skip)),*];
+        macro_rules! __storage_case_test {
+            $(
+                ($skip) => {
+                    #[test]
+                    #[ignore = "declared skipped (storage_tests! skip: [...]); --ignored checks it is"]
+                    fn $skip() {
+                        $crate::__private::run_declared_skip(stringify!($skip), $factory, $settings);
+                    }
+                };
+            )*
+            ($d other:ident) => {
+                #[test]
+                fn $d other() {
+                    $crate::__private::run_storage_case(stringify!($d other), $factory, $settings);
+                }
+            };
+        }
+        $( __storage_case_test!($case); )*
     };
 }
 

@@ -157,11 +157,19 @@ impl Report {
     }
 
     /// Panic, once, listing every failed case with what was expected and what was seen. Skipped
-    /// cases do not fail the assertion (they are listed in `Display`, never counted as passed).
+    /// cases do not fail the assertion (they are listed in `Display`, never counted as passed),
+    /// but a run in which no case passed does: "nothing ran" is not "conforms".
     #[track_caller]
     pub fn assert_passed(&self) {
         if !self.all_passed() {
             panic!("{self}");
+        }
+        if self.passed().is_empty() {
+            panic!(
+                "conformance suite `{}`: no case passed ({} skipped): nothing was checked\n{self}",
+                self.suite,
+                self.skipped().len()
+            );
         }
     }
 

@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use stream_cache::{BodyWriter, CacheKey, Capabilities, Hit, ObjectMeta, Storage, StorageError};
+use stream_cache::{
+    BodyWriter, CacheKey, Capabilities, Hit, ObjectMeta, Storage, StorageError, StorageUsage,
+    WriteFence,
+};
 
 /// A fresh directory under the system temp dir, removed (with its contents) on drop.
 #[derive(Debug)]
@@ -92,8 +95,25 @@ impl<S: Storage> Storage for Guarded<S> {
         self.storage.capabilities()
     }
 
+    fn usage(&self) -> Option<StorageUsage> {
+        self.storage.usage()
+    }
+
     async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError> {
         self.storage.lookup(key).await
+    }
+
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        self.storage.fence(key)
+    }
+
+    async fn begin_write_fenced(
+        &self,
+        key: &CacheKey,
+        meta: ObjectMeta,
+        fence: WriteFence,
+    ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        self.storage.begin_write_fenced(key, meta, fence).await
     }
 
     async fn begin_write(

@@ -14,8 +14,9 @@ use std::task::{Context, Poll, Waker};
 use async_trait::async_trait;
 use bytes::Bytes;
 use stream_cache::{
-    AbortReason, BodyError, BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities,
-    Hit, ObjectMeta, Storage, StorageError, WriteError, WriteState,
+    AbortReason, Admission, BodyError, BodyReader, BodySource, BodyWriter, ByteRange, CacheKey,
+    Capabilities, FenceTable, Hit, ObjectMeta, Storage, StorageError, WriteError, WriteFence,
+    WriteState,
 };
 
 /// Largest chunk one read returns.
@@ -90,6 +91,8 @@ struct Current {
 #[derive(Clone)]
 pub struct VecStorage {
     index: Arc<Mutex<HashMap<CacheKey, Current>>>,
+    /// RULE: purges and newer writes fence older ones out (checked under the index lock).
+    fences: FenceTable,
     next_id: Arc<AtomicU64>,
     max_object_size: u64,
 }
@@ -99,6 +102,7 @@ impl VecStorage {
     pub fn new(max_object_size: u64) -> Self {
         VecStorage {
             index: Arc::default(),
+            fences: FenceTable::new(),
             next_id: Arc::default(),
             max_object_size,
         }
@@ -144,11 +148,19 @@ impl Storage for VecStorage {
         }))
     }
 
-    async fn begin_write(
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        self.fences.fence(key)
+    }
+
+    async fn begin_write_fenced(
         &self,
         key: &CacheKey,
         meta: ObjectMeta,
+        fence: WriteFence,
     ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        if !self.fences.issued(&fence, key) {
+            return Err(StorageError::ForeignFence);
+        }
         if let Some(declared) = meta.expected_len
             && declared > self.max_object_size
         {
@@ -160,26 +172,39 @@ impl Storage for VecStorage {
         let body = Arc::new(Body::default());
         body.state.lock().unwrap().expected_len = meta.expected_len;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        // RULE: a new write replaces the key's object; readers of the old one keep their body.
-        self.index.lock().unwrap().insert(
-            key.clone(),
-            Current {
-                id,
-                meta,
-                body: Arc::clone(&body),
-            },
-        );
+        // RULE: a new write replaces the key's object (readers of the old one keep their body),
+        // unless its fence says a purge or a newer write came after it started.
+        let mut index = self.index.lock().unwrap();
+        let admission = self.fences.admit(&fence);
+        match admission {
+            Admission::Admitted => {
+                index.insert(
+                    key.clone(),
+                    Current {
+                        id,
+                        meta,
+                        body: Arc::clone(&body),
+                    },
+                );
+            }
+            Admission::Superseded => {}
+            Admission::Purged => {
+                body.abort(AbortReason::Purged);
+            }
+        }
+        drop(index);
         Ok(Box::new(VecWriter {
             storage: self.clone(),
             key: key.clone(),
             id,
             body,
-            done: false,
+            done: admission == Admission::Purged,
         }))
     }
 
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
         let mut index = self.index.lock().unwrap();
+        self.fences.purge(key);
         let Some(current) = index.remove(key) else {
             return Ok(false);
         };
@@ -402,8 +427,22 @@ async fn vec_storage_conforms() {
         .await;
     println!("{report}");
     report.assert_passed();
-    assert!(report.skipped().is_empty());
+    // It keeps no expiry and does not persist: those cases are skipped, and only those.
+    assert_eq!(report.skipped(), vec_storage::DECLARED_SKIPS);
 }
 
-// The suite, form 2: one #[test] per case, in module `vec_storage`.
-conformance::storage_tests!(vec_storage, || async { VecStorage::new(1 << 20) });
+// The suite, form 2: one #[test] per case, in module `vec_storage`; the cases this backend
+// skips on purpose are declared, so they show as ignored.
+conformance::storage_tests!(
+    vec_storage,
+    || async { VecStorage::new(1 << 20) },
+    conformance::storage::Settings::default(),
+    skip: [
+        expired_object_is_a_miss,
+        persistent_complete_objects_survive,
+        persistent_purge_is_final,
+        persistent_capacity_holds,
+        persistent_expired_objects_are_misses,
+        corrupted_body_is_not_served,
+    ]
+);

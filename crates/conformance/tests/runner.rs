@@ -11,7 +11,7 @@ use conformance::Outcome;
 use conformance::storage::{CASES, Settings, Suite};
 use stream_cache::{
     AbortReason, BodySource, BodyWriter, CacheKey, Capabilities, Hit, MemStorage, ObjectMeta,
-    Storage, StorageError, WriteError, WriteState,
+    Storage, StorageError, WriteError, WriteFence, WriteState,
 };
 
 /// `MemStorage` presented as a backend without partial or range reads and without a size
@@ -48,12 +48,18 @@ impl Storage for CompleteOnly {
         let hit = self.0.lookup(key).await?;
         Ok(hit.filter(|hit| matches!(hit.body.state(), WriteState::Complete(_))))
     }
-    async fn begin_write(
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        self.0.fence(key)
+    }
+    async fn begin_write_fenced(
         &self,
         key: &CacheKey,
         meta: ObjectMeta,
+        fence: WriteFence,
     ) -> Result<Box<dyn BodyWriter>, StorageError> {
-        Ok(Box::new(NoSource(self.0.begin_write(key, meta).await?)))
+        Ok(Box::new(NoSource(
+            self.0.begin_write_fenced(key, meta, fence).await?,
+        )))
     }
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
         self.0.purge(key).await
@@ -114,10 +120,14 @@ impl Storage for Broken {
     async fn lookup(&self, _: &CacheKey) -> Result<Option<Hit>, StorageError> {
         self.misbehave().await
     }
-    async fn begin_write(
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        stream_cache::FenceTable::new().fence(key)
+    }
+    async fn begin_write_fenced(
         &self,
         _: &CacheKey,
         _: ObjectMeta,
+        _: WriteFence,
     ) -> Result<Box<dyn BodyWriter>, StorageError> {
         self.misbehave().await
     }
@@ -272,4 +282,97 @@ async fn a_misspelt_case_name_fails_the_run_instead_of_selecting_nothing() {
         ["round_trip"],
         "the names that exist still run"
     );
+}
+
+/// Trap 1 (issue 15): a run in which every case was skipped does not pass `assert_passed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_where_nothing_passed_fails() {
+    let report = Suite::new(|| async { CompleteOnly(MemStorage::new(4 << 20)) })
+        .only(["partial_read_while_writing", "range_read_partial"])
+        .run()
+        .await;
+    assert_eq!(report.skipped().len(), 2);
+    let panic = std::panic::catch_unwind(|| report.assert_passed())
+        .expect_err("nothing passed: assert_passed must panic");
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(message.contains("no case passed"), "{message}");
+}
+
+/// Trap 2 (issue 15): in the `storage_tests!` form a skip the user did not declare fails its
+/// test (it used to pass silently).
+#[test]
+fn an_undeclared_skip_fails_its_generated_test() {
+    let panic = std::panic::catch_unwind(|| {
+        conformance::__private::run_storage_case(
+            "partial_read_while_writing",
+            || async { CompleteOnly(MemStorage::new(4 << 20)) },
+            Settings::default(),
+        )
+    })
+    .expect_err("an undeclared skip must fail");
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(message.contains("SKIPPED"), "{message}");
+    assert!(
+        message.contains("skip: [partial_read_while_writing]"),
+        "{message}"
+    );
+}
+
+/// ... and a declared skip that actually runs fails too (with `--ignored`), so the list cannot
+/// hide a case.
+#[test]
+fn a_declared_skip_that_runs_fails() {
+    let panic = std::panic::catch_unwind(|| {
+        conformance::__private::run_declared_skip(
+            "round_trip",
+            || async { CompleteOnly(MemStorage::new(4 << 20)) },
+            Settings::default(),
+        )
+    })
+    .expect_err("a declared skip that runs must fail");
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(message.contains("declared skipped"), "{message}");
+}
+
+// The backend without partial or range reads, in the macro form: every case it skips is
+// declared, so libtest lists them as ignored (and `--ignored` checks they are skipped).
+conformance::storage_tests!(
+    complete_only_macro,
+    || async { CompleteOnly(MemStorage::new(4 << 20)) },
+    Settings::default(),
+    skip: [
+        partial_read_while_writing,
+        writer_dropped_reader_sees_abort,
+        explicit_abort_with_cause,
+        size_limit_declared,
+        size_limit_streamed,
+        readers_before_during_after_identical,
+        many_concurrent_readers,
+        waiting_readers_woken_by_every_event,
+        reader_cancelled_mid_read,
+        purge_during_read,
+        range_read_partial,
+        range_read_complete,
+        bad_ranges,
+        seek_waiting_is_woken,
+        range_reader_sees_abort,
+        range_end_one_past_length,
+        source_reader_sees_abort,
+        expired_object_is_a_miss,
+        persistent_complete_objects_survive,
+        persistent_purge_is_final,
+        persistent_capacity_holds,
+        persistent_expired_objects_are_misses,
+        corrupted_body_is_not_served,
+    ]
+);
+
+/// The declared list is exactly what the suite skips for this backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_declared_skips_match_the_suite() {
+    let report = Suite::new(|| async { CompleteOnly(MemStorage::new(4 << 20)) })
+        .run()
+        .await;
+    assert_eq!(report.skipped(), complete_only_macro::DECLARED_SKIPS);
+    assert_eq!(complete_only_macro::GENERATED.len(), CASES.len());
 }

@@ -59,7 +59,7 @@ async fn stream_cache_over_mem_storage_keeps_the_read_through_contract() {
 async fn stream_cache_over_disk_storage_keeps_the_read_through_contract() {
     let report = Suite::new(|| async {
         let dir = TempDir::new();
-        let disk = DiskStorage::open(dir.path())
+        let disk = DiskStorage::open(dir.path(), 1 << 30)
             .await
             .expect("open disk storage");
         Front(StreamCache::new(Guarded::new(disk, dir)))

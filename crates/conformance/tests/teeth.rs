@@ -13,6 +13,7 @@ use conformance::storage::Suite;
 /// failure carries the case's name, and that `assert_passed` panics with a message naming it.
 async fn suite_catches(bug: Bug, case: &str) {
     let report = Suite::new(move || async move { BuggyStorage::new(bug, 1 << 20) })
+        .settings(with_damage())
         .run()
         .await;
     println!("{bug:?}:\n{report}");
@@ -31,9 +32,18 @@ async fn suite_catches(bug: Bug, case: &str) {
     );
 }
 
+/// The damage hook: flip a byte in every stored body.
+fn with_damage() -> conformance::storage::Settings {
+    conformance::storage::Settings::default().damage(|storage: &BuggyStorage| {
+        storage.damage();
+        async {}
+    })
+}
+
 #[tokio::test(start_paused = true)]
 async fn control_without_a_bug_passes() {
     Suite::new(|| async { BuggyStorage::new(Bug::None, 1 << 20) })
+        .settings(with_damage())
         .run()
         .await
         .assert_passed();
@@ -76,4 +86,102 @@ async fn finish_ignores_length_mismatch() {
 #[tokio::test(start_paused = true)]
 async fn writer_drop_noticed_asynchronously() {
     suite_catches(Bug::DropNoticedLater, "writer_dropped_lookup_misses").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn purge_undone_by_an_older_write() {
+    suite_catches(
+        Bug::PurgeUndoneByOlderWrite,
+        "purge_is_final_for_a_fenced_write",
+    )
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn older_write_replaces_a_newer_one() {
+    suite_catches(Bug::OlderWriteReplacesNewer, "newer_write_wins").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_seek_never_woken() {
+    suite_catches(Bug::SeekNeverRegistersWaker, "seek_waiting_is_woken").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_as_clean_end_for_range_readers_only() {
+    suite_catches(Bug::AbortAsCleanEndForRanges, "range_reader_sees_abort").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn range_end_one_past_the_length_accepted() {
+    suite_catches(Bug::RangeEndOnePastSatisfiable, "range_end_one_past_length").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn source_reader_turns_an_abort_into_a_clean_end() {
+    suite_catches(Bug::SourceReaderAbortAsCleanEnd, "source_reader_sees_abort").await;
+}
+
+/// A backend that claims `persistent` but loses everything on a reopen (an in-memory backend
+/// with the flag set): the persistent cases catch it.
+struct ClaimsPersistence(stream_cache::MemStorage);
+
+#[async_trait::async_trait]
+impl stream_cache::Storage for ClaimsPersistence {
+    fn capabilities(&self) -> stream_cache::Capabilities {
+        self.0.capabilities().with_persistent(true)
+    }
+    fn usage(&self) -> Option<stream_cache::StorageUsage> {
+        self.0.usage()
+    }
+    async fn lookup(
+        &self,
+        key: &stream_cache::CacheKey,
+    ) -> Result<Option<stream_cache::Hit>, stream_cache::StorageError> {
+        self.0.lookup(key).await
+    }
+    fn fence(&self, key: &stream_cache::CacheKey) -> stream_cache::WriteFence {
+        self.0.fence(key)
+    }
+    async fn begin_write_fenced(
+        &self,
+        key: &stream_cache::CacheKey,
+        meta: stream_cache::ObjectMeta,
+        fence: stream_cache::WriteFence,
+    ) -> Result<Box<dyn stream_cache::BodyWriter>, stream_cache::StorageError> {
+        self.0.begin_write_fenced(key, meta, fence).await
+    }
+    async fn purge(
+        &self,
+        key: &stream_cache::CacheKey,
+    ) -> Result<bool, stream_cache::StorageError> {
+        self.0.purge(key).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_false_claim_of_persistence_is_caught() {
+    let report = Suite::new(|| async { ClaimsPersistence(stream_cache::MemStorage::new(1 << 20)) })
+        .settings(
+            conformance::storage::Settings::default().reopen(|_: &ClaimsPersistence| async {
+                ClaimsPersistence(stream_cache::MemStorage::new(1 << 20))
+            }),
+        )
+        .run()
+        .await;
+    for case in [
+        "persistent_complete_objects_survive",
+        "persistent_expired_objects_are_misses",
+        "persistent_capacity_holds",
+    ] {
+        assert!(
+            matches!(report.outcome(case), Some(Outcome::Failed(_))),
+            "{case} must fail: {report}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn checksum_stored_but_never_verified() {
+    suite_catches(Bug::ChecksumNotVerified, "corrupted_body_is_not_served").await;
 }

@@ -28,7 +28,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use stream_cache::{
     BodyError, BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities, Hit,
-    MemStorage, ObjectMeta, Storage, StorageError, WriteError, WriteState,
+    MemStorage, ObjectMeta, Storage, StorageError, WriteError, WriteFence, WriteState,
 };
 use tokio::net::{TcpListener, TcpStream};
 
@@ -222,12 +222,18 @@ impl Storage for NaiveStorage {
             body: Box::new(NaiveReader(hit.body)),
         }))
     }
-    async fn begin_write(
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        self.0.fence(key)
+    }
+    async fn begin_write_fenced(
         &self,
         key: &CacheKey,
         meta: ObjectMeta,
+        fence: WriteFence,
     ) -> Result<Box<dyn BodyWriter>, StorageError> {
-        Ok(Box::new(NaiveWriter(self.0.begin_write(key, meta).await?)))
+        Ok(Box::new(NaiveWriter(
+            self.0.begin_write_fenced(key, meta, fence).await?,
+        )))
     }
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
         self.0.purge(key).await

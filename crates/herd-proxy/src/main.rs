@@ -125,9 +125,14 @@ async fn main() -> ExitCode {
             cli.capacity,
             cli.config.max_object_size,
         )),
-        // DiskStorage has a per-object limit but no total byte capacity yet.
+        // The byte capacity bounds files plus metadata on disk; bodies are fsynced before they
+        // become visible (Durability::Full, the default).
         StorageFlag::Disk(dir) => {
-            match DiskStorage::open_with_limit(dir, Some(cli.config.max_object_size)).await {
+            match DiskStorage::builder(dir, cli.capacity)
+                .max_object_size(cli.config.max_object_size)
+                .open()
+                .await
+            {
                 Ok(storage) => Arc::new(storage),
                 Err(error) => {
                     eprintln!("herd-proxy: cannot open disk storage {dir:?}: {error}");

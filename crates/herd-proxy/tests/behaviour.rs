@@ -494,7 +494,11 @@ async fn metrics_are_prometheus_text() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_storage_streams_caches_and_fails_dead_bodies() {
     let dir = TempDir::new("disk");
-    let storage = std::sync::Arc::new(stream_cache::DiskStorage::open(&dir.0).await.unwrap());
+    let storage = std::sync::Arc::new(
+        stream_cache::DiskStorage::open(&dir.0, 64 << 20)
+            .await
+            .unwrap(),
+    );
     let gate = Gate::new();
     let origin = Origin::start({
         let gate = gate.clone();

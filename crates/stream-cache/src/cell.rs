@@ -13,7 +13,9 @@
 //! - The waiter list is our own (`Vec<Option<Waker>>` under the shim mutex) so loom can check it.
 //!   Wakers are always woken after the lock is released. A waiting cursor remembers the slot it
 //!   registered in and the list's epoch; re-polling replaces its waker in place, so a reader that
-//!   is polled many times does not grow the list, and a dropped cursor clears its slot.
+//!   is polled many times does not grow the list, and a dropped cursor frees its slot for the next
+//!   waiter, so the list is O(readers waiting at once) even while a stalled write sees readers
+//!   come and go.
 //! - A cursor changes its position only when a poll returns `Ready`, which is what makes every
 //!   read future cancel-safe.
 
@@ -52,6 +54,9 @@ struct Inner {
     terminal: Option<Terminal>,
     limits: CellLimits,
     waiters: Vec<Option<Waker>>,
+    /// Indices of empty slots in `waiters`, reused before the list grows: the list stays as long
+    /// as the most readers that waited at once, however many come and go while a write stalls.
+    free: Vec<usize>,
     /// Bumped whenever `waiters` is drained, so stale slot indices are recognised.
     epoch: u64,
     readers: usize,
@@ -97,8 +102,17 @@ impl Inner {
             }
             return;
         }
-        self.waiters.push(Some(waker.clone()));
-        slot.registered = Some((self.epoch, self.waiters.len() - 1));
+        let index = match self.free.pop() {
+            Some(index) => {
+                self.waiters[index] = Some(waker.clone());
+                index
+            }
+            None => {
+                self.waiters.push(Some(waker.clone()));
+                self.waiters.len() - 1
+            }
+        };
+        slot.registered = Some((self.epoch, index));
     }
 
     fn deregister(&mut self, slot: &mut WaitSlot) {
@@ -106,6 +120,7 @@ impl Inner {
             && epoch == self.epoch
         {
             self.waiters[index] = None;
+            self.free.push(index);
         }
     }
 
@@ -115,6 +130,7 @@ impl Inner {
             return Vec::new();
         }
         self.epoch += 1;
+        self.free.clear();
         std::mem::take(&mut self.waiters)
             .into_iter()
             .flatten()
@@ -177,6 +193,7 @@ impl BodyCell {
                 terminal: None,
                 limits,
                 waiters: Vec::new(),
+                free: Vec::new(),
                 epoch: 0,
                 readers: 0,
             }),
@@ -494,5 +511,36 @@ impl Drop for Cursor {
         let mut inner = self.cell.inner.lock();
         inner.deregister(&mut self.wait);
         inner.readers -= 1;
+    }
+}
+
+#[cfg(all(test, not(herd_loom)))]
+mod tests {
+    use super::*;
+
+    /// Issue 15: readers that wait on a stalled write and go away must not grow the waiter list.
+    #[test]
+    fn waiter_list_stays_bounded_by_live_readers() {
+        let cell = BodyCell::new(true, CellLimits::default());
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut kept = cell.cursor();
+        assert!(kept.poll_ready(&mut cx).is_pending());
+        for _ in 0..1_000 {
+            let mut churn = cell.cursor();
+            assert!(churn.poll_ready(&mut cx).is_pending());
+            drop(churn);
+        }
+        assert!(
+            cell.inner.lock().waiters.len() <= 2,
+            "{} waiter slots for 1 live reader",
+            cell.inner.lock().waiters.len()
+        );
+        // The surviving waiter is still woken and served.
+        cell.append(Bytes::from_static(b"x")).unwrap();
+        assert!(matches!(
+            kept.poll_ready(&mut cx),
+            Poll::Ready(Ok(Ready::Data { upto: 1 }))
+        ));
+        assert!(cell.inner.lock().waiters.is_empty());
     }
 }

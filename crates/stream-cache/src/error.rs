@@ -42,6 +42,10 @@ pub enum BodyError {
     /// Reading stored bytes failed.
     #[error("read failed: {0}")]
     Io(Arc<std::io::Error>),
+    /// The read needs a tokio runtime (a reader wait timeout, a file read) and was polled
+    /// outside one.
+    #[error("no tokio runtime: this read must run inside one")]
+    NoRuntime,
 }
 
 /// Why a `BodyWriter` call failed. A failed write is always an aborted write.
@@ -80,6 +84,14 @@ pub enum StorageError {
     /// The backend does not support this operation.
     #[error("unsupported: {0}")]
     Unsupported(&'static str),
+    /// A [`WriteFence`](crate::WriteFence) taken for another key, or from another storage, was
+    /// handed to `begin_write_fenced`.
+    #[error("the write fence was taken for another key or from another storage")]
+    ForeignFence,
+    /// The backend needs a tokio runtime (file I/O runs on its blocking pool) and was called
+    /// outside one.
+    #[error("no tokio runtime: this storage operation must run inside one")]
+    NoRuntime,
     /// A backend-specific failure.
     #[error("backend failed: {0}")]
     Backend(Arc<dyn std::error::Error + Send + Sync>),
@@ -113,9 +125,10 @@ pub enum FillError {
     /// could attach, and it was aborted.
     #[error("the body write was aborted before it could be read: {0}")]
     Aborted(AbortReason),
-    /// The fill did not publish meta within the fill timeout.
+    /// The fill did not publish meta within the fill timeout (`FillError::WaitTimedOut` is the
+    /// coalescing wait timeout).
     #[error("the fill timed out before the body started")]
-    TimedOut,
+    FillTimedOut,
     /// This caller waited longer than the coalescing wait timeout.
     #[error("timed out waiting for another caller's fill")]
     WaitTimedOut,
@@ -125,4 +138,9 @@ pub enum FillError {
     /// The object kept vanishing between publication and lookup (purged repeatedly).
     #[error("the object vanished before it could be read")]
     Vanished,
+    /// A fill (or a wait for one) needs a tokio runtime (the body is pumped by a spawned task,
+    /// timeouts use tokio's clock) and `get_or_fill` was polled outside one. Hits that need no
+    /// runtime (a `MemStorage` lookup) are still served.
+    #[error("no tokio runtime: get_or_fill must fill inside one")]
+    NoRuntime,
 }

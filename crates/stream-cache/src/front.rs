@@ -11,6 +11,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,7 +22,9 @@ use futures::stream::BoxStream;
 use tokio::time::Instant;
 
 use crate::error::{BodyError, FillError, StorageError};
+use crate::fence::WriteFence;
 use crate::state::{AbortReason, WriteState};
+use crate::stats::{Counters, StreamCacheStats, Stripe};
 use crate::traits::{
     BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Hit, ObjectMeta, Storage,
 };
@@ -53,6 +56,9 @@ pub enum NoReaderPolicy {
     #[default]
     KeepFilling,
     /// Abort the write (`AbortReason::NoReaders`) at the next chunk after the last reader left.
+    /// A caller woken with the published body counts as a reader until it has attached (or its
+    /// `get_or_fill` future is dropped), so a body is never aborted under a caller that asked
+    /// for it.
     Abort,
 }
 
@@ -80,7 +86,7 @@ impl StreamCacheBuilder {
     }
 
     /// The whole fill (meta and body) must end within this time: before meta it fails with
-    /// `FillError::TimedOut`; afterwards the write aborts with `AbortReason::TimedOut`.
+    /// `FillError::FillTimedOut`; afterwards the write aborts with `AbortReason::FillTimedOut`.
     pub fn fill_timeout(mut self, timeout: Duration) -> Self {
         self.fill_timeout = Some(timeout);
         self
@@ -116,6 +122,7 @@ impl StreamCacheBuilder {
             storage: Arc::new(storage),
             group: group.build(),
             config: self,
+            counters: Arc::default(),
         }
     }
 }
@@ -127,6 +134,37 @@ struct Published {
     /// Readers bound to the leader's write; `None` when the backend has no partial reads and the
     /// object was stored complete (followers look it up).
     source: Option<Arc<dyn BodySource>>,
+    /// Held by every copy of this value (the flight's and each woken follower's) until the
+    /// follower has opened its reader: a follower woken with the body but not yet attached
+    /// counts as a reader for `NoReaderPolicy::Abort`.
+    _claim: Claim,
+}
+
+/// A counted claim on a published body (see `Published`). Cloning counts one more holder,
+/// dropping one fewer.
+struct Claim(Arc<AtomicUsize>);
+
+impl Claim {
+    fn new() -> Self {
+        Claim(Arc::new(AtomicUsize::new(1)))
+    }
+
+    fn counter(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.0)
+    }
+}
+
+impl Clone for Claim {
+    fn clone(&self) -> Self {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Claim(Arc::clone(&self.0))
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Why a leader published no object (shared with its followers).
@@ -134,7 +172,7 @@ struct Published {
 enum LeadFailure {
     Upstream(Arc<dyn std::error::Error + Send + Sync>),
     Storage(StorageError),
-    TimedOut,
+    FillTimedOut,
     TooLarge { limit: u64, declared: u64 },
     Aborted(AbortReason),
 }
@@ -144,7 +182,7 @@ impl From<&LeadFailure> for FillError {
         match failure {
             LeadFailure::Upstream(error) => FillError::Upstream(Arc::clone(error)),
             LeadFailure::Storage(error) => FillError::Storage(error.clone()),
-            LeadFailure::TimedOut => FillError::TimedOut,
+            LeadFailure::FillTimedOut => FillError::FillTimedOut,
             LeadFailure::TooLarge { limit, declared } => FillError::TooLarge {
                 limit: *limit,
                 declared: *declared,
@@ -159,6 +197,7 @@ pub struct StreamCache<S: Storage> {
     storage: Arc<S>,
     group: Group<CacheKey, Published, LeadFailure>,
     config: StreamCacheBuilder,
+    counters: Arc<Counters>,
 }
 
 impl<S: Storage> Clone for StreamCache<S> {
@@ -167,6 +206,7 @@ impl<S: Storage> Clone for StreamCache<S> {
             storage: Arc::clone(&self.storage),
             group: self.group.clone(),
             config: self.config.clone(),
+            counters: Arc::clone(&self.counters),
         }
     }
 }
@@ -196,20 +236,42 @@ impl<S: Storage> StreamCache<S> {
         self.group.in_flight()
     }
 
+    /// The cache's counters (shared by its clones) and the backend's used/capacity bytes.
+    pub fn stats(&self) -> StreamCacheStats {
+        self.counters.snapshot(self.storage.usage())
+    }
+
     /// Find `key` without filling.
     ///
     /// Cancel safety: as the storage's `lookup` (both shipped backends: nothing changes).
     pub async fn lookup(&self, key: impl Into<CacheKey>) -> Result<Option<Hit>, StorageError> {
-        let hit = self.storage.lookup(&key.into()).await?;
-        Ok(hit.map(|hit| self.wrap(hit.meta, hit.body)))
+        match self.storage.lookup(&key.into()).await? {
+            Some(hit) => Ok(Some(self.counted_hit(hit))),
+            None => {
+                self.counters.miss();
+                Ok(None)
+            }
+        }
+    }
+
+    /// Count a storage hit (complete or partial) and wrap its reader.
+    fn counted_hit(&self, hit: Hit) -> Hit {
+        let stripe = self.counters.stripe();
+        let partial = matches!(hit.body.state(), WriteState::Partial(_));
+        self.counters.hit(stripe, partial);
+        self.wrap(hit.meta, hit.body)
     }
 
     /// Remove `key` (an in-progress write is aborted with `Purged`), and detach a fill that has
-    /// not yet published so later callers start afresh.
+    /// not yet published so later callers start afresh. Final: once this returns, no fill that
+    /// started before it publishes a body under `key` (its write is fenced out and ends
+    /// `Aborted(Purged)` for its readers), and a fill started after it is never replaced by an
+    /// older one (see `Storage::fence`).
     ///
     /// Cancel safety: as the storage's `purge`.
     pub async fn purge(&self, key: impl Into<CacheKey>) -> Result<bool, StorageError> {
         let key = key.into();
+        self.counters.purge();
         self.group.forget(&key);
         self.storage.purge(&key).await
     }
@@ -241,23 +303,40 @@ impl<S: Storage> StreamCache<S> {
     {
         let key = key.into();
         let mut fill = Some(fill);
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
             if let Some(hit) = self
                 .storage
                 .lookup(&key)
                 .await
                 .map_err(FillError::Storage)?
             {
-                return Ok(self.wrap(hit.meta, hit.body));
+                return Ok(if attempt == 0 {
+                    self.counted_hit(hit)
+                } else {
+                    // This call was counted as a miss already.
+                    self.wrap(hit.meta, hit.body)
+                });
+            }
+            if attempt == 0 {
+                self.counters.miss();
+            }
+            // A miss: joining, waiting and filling use tokio (spawn, clock). Checked here, not
+            // on hits, so the hit path pays nothing for it.
+            if tokio::runtime::Handle::try_current().is_err() {
+                return Err(FillError::NoRuntime);
             }
             match self.group.join(key.clone()).await {
                 Joined::Leader(leader) => {
+                    // The fill starts here: a purge from now on fences this fill's write out,
+                    // and a fill that starts later wins over this one (see `Storage::fence`).
+                    let fence = self.storage.fence(&key);
                     // The object may have been published between our lookup and our lead.
                     match self.storage.lookup(&key).await {
                         Ok(Some(hit)) => {
                             let published = Published {
                                 meta: hit.meta.clone(),
                                 source: None,
+                                _claim: Claim::new(),
                             };
                             let _ = leader.finish(Ok(published));
                             return Ok(self.wrap(hit.meta, hit.body));
@@ -273,10 +352,11 @@ impl<S: Storage> StreamCache<S> {
                         drop(leader);
                         return Err(FillError::Abandoned);
                     };
-                    return self.lead(leader, key, fill).await;
+                    return self.lead(leader, key, fence, fill).await;
                 }
-                Joined::Done(Ok(published)) => match published.source {
-                    Some(source) => return Ok(self.wrap(published.meta, source.open())),
+                // The reader is opened before `published` (and its claim) is dropped.
+                Joined::Done(Ok(published)) => match &published.source {
+                    Some(source) => return Ok(self.wrap(published.meta.clone(), source.open())),
                     // Stored complete: look it up on the next round.
                     None => continue,
                 },
@@ -297,6 +377,7 @@ impl<S: Storage> StreamCache<S> {
         &self,
         leader: Leader<'_, CacheKey, Published, LeadFailure>,
         key: CacheKey,
+        fence: WriteFence,
         fill: F,
     ) -> Result<Hit, FillError>
     where
@@ -309,15 +390,21 @@ impl<S: Storage> StreamCache<S> {
             .fill_timeout
             // A timeout too large to represent is no deadline at all (not a panic).
             .and_then(|timeout| Instant::now().checked_add(timeout));
+        let counters = &self.counters;
         let fail = |leader: Leader<'_, _, _, _>, failure: LeadFailure| {
+            if !matches!(failure, LeadFailure::Aborted(_)) {
+                // An aborted body was counted by the pump.
+                counters.fill_failed();
+            }
             let error = FillError::from(&failure);
             let _ = leader.finish(Err(failure));
             Err(error)
         };
+        self.counters.fill_started();
         let upstream = match deadline {
             Some(deadline) => match tokio::time::timeout_at(deadline, fill()).await {
                 Ok(result) => result,
-                Err(_elapsed) => return fail(leader, LeadFailure::TimedOut),
+                Err(_elapsed) => return fail(leader, LeadFailure::FillTimedOut),
             },
             None => fill().await,
         };
@@ -331,14 +418,29 @@ impl<S: Storage> StreamCache<S> {
         {
             return fail(leader, LeadFailure::TooLarge { limit, declared });
         }
+        if upstream.meta.expires_at.is_some() && !self.storage.capabilities().expiry {
+            return fail(
+                leader,
+                LeadFailure::Storage(StorageError::Unsupported(
+                    "object expiry (the backend lacks the expiry capability)",
+                )),
+            );
+        }
         let meta = upstream.meta.clone();
-        let writer = match self.storage.begin_write(&key, upstream.meta).await {
+        let writer = match self
+            .storage
+            .begin_write_fenced(&key, upstream.meta, fence)
+            .await
+        {
             Ok(writer) => writer,
             Err(error) => return fail(leader, LeadFailure::Storage(error)),
         };
         // No await from here until the pump is spawned and the meta published.
         let source = writer.source();
+        let claim = Claim::new();
         let pump = Pump {
+            counters: Arc::clone(&self.counters),
+            claims: claim.counter(),
             writer,
             body: upstream.body,
             deadline,
@@ -349,20 +451,22 @@ impl<S: Storage> StreamCache<S> {
         match source {
             Some(source) => {
                 let own_reader = source.open();
-                tokio::spawn(pump.run());
+                tokio::spawn(pump.run_counted());
                 let _ = leader.finish(Ok(Published {
                     meta: meta.clone(),
                     source: Some(source),
+                    _claim: claim,
                 }));
                 Ok(self.wrap(meta, own_reader))
             }
             None => {
-                let outcome = tokio::spawn(pump.run()).await;
+                let outcome = tokio::spawn(pump.run_counted()).await;
                 match outcome {
                     Ok(Ok(_len)) => {
                         let _ = leader.finish(Ok(Published {
                             meta: meta.clone(),
                             source: None,
+                            _claim: claim,
                         }));
                         match self
                             .storage
@@ -383,14 +487,16 @@ impl<S: Storage> StreamCache<S> {
         }
     }
 
+    /// The reader handed to callers: counts the bytes it serves and bounds its waits by the
+    /// reader wait timeout. One allocation per hit (the storage's reader is already boxed);
+    /// the only shared write is on this thread's counter stripe.
     fn wrap(&self, meta: ObjectMeta, body: Box<dyn BodyReader>) -> Hit {
-        let body = match self.config.reader_wait_timeout {
-            Some(timeout) => Box::new(TimedReader {
-                inner: body,
-                timeout,
-            }),
-            None => body,
-        };
+        let body = Box::new(FrontReader {
+            inner: body,
+            timeout: self.config.reader_wait_timeout,
+            stripe: Arc::clone(self.counters.stripe()),
+            served: 0,
+        });
         Hit { meta, body }
     }
 }
@@ -404,6 +510,9 @@ struct Pump<E> {
     max_body_size: Option<u64>,
     no_reader_policy: NoReaderPolicy,
     source: Option<Arc<dyn BodySource>>,
+    /// Holders of the published body's claim: followers woken with it that have not attached.
+    claims: Arc<AtomicUsize>,
+    counters: Arc<Counters>,
 }
 
 impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
@@ -423,11 +532,19 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
         Err(reason)
     }
 
+    /// `run`, with its outcome counted.
+    async fn run_counted(self) -> Result<u64, AbortReason> {
+        let counters = Arc::clone(&self.counters);
+        let outcome = self.run().await;
+        counters.fill_ended(outcome.as_ref().map(|_| ()).map_err(AbortReason::kind));
+        outcome
+    }
+
     async fn run(mut self) -> Result<u64, AbortReason> {
         let mut written = 0u64;
         loop {
             let Some(next) = Self::before_deadline(self.deadline, self.body.next()).await else {
-                return self.abort(AbortReason::TimedOut);
+                return self.abort(AbortReason::FillTimedOut);
             };
             let chunk = match next {
                 None => {
@@ -435,7 +552,7 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
                         Some(result) => result.map_err(|error| error.reason().clone()),
                         // The finish future (and the writer in it) was dropped: aborted as
                         // WriterDropped unless the completion was already applied.
-                        None => Err(AbortReason::TimedOut),
+                        None => Err(AbortReason::FillTimedOut),
                     };
                 }
                 Some(Err(error)) => return self.abort(AbortReason::upstream(error)),
@@ -448,11 +565,14 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
                 return self.abort(AbortReason::TooLarge { limit });
             }
             match Self::before_deadline(self.deadline, self.writer.write(chunk)).await {
-                None => return self.abort(AbortReason::TimedOut),
+                None => return self.abort(AbortReason::FillTimedOut),
                 Some(Err(error)) => return Err(error.reason().clone()),
                 Some(Ok(())) => written += n,
             }
+            // Claims first, then readers: a follower opens its reader before it drops its
+            // claim, so seeing no claim means its reader is already counted.
             if self.no_reader_policy == NoReaderPolicy::Abort
+                && self.claims.load(Ordering::SeqCst) == 0
                 && self.source.as_ref().and_then(|s| s.reader_count()) == Some(0)
             {
                 return self.abort(AbortReason::NoReaders);
@@ -461,26 +581,55 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
     }
 }
 
-/// A reader whose every wait is bounded by the reader wait timeout.
-struct TimedReader {
+/// The reader `StreamCache` hands out: counts bytes served (locally, added to its stripe when
+/// the body ends or the reader is dropped) and bounds every wait by the reader wait timeout.
+struct FrontReader {
     inner: Box<dyn BodyReader>,
-    timeout: Duration,
+    timeout: Option<Duration>,
+    stripe: Arc<Stripe>,
+    /// Bytes returned and not yet added to the stripe.
+    served: u64,
+}
+
+impl FrontReader {
+    fn flush(&mut self) {
+        self.stripe.served(std::mem::take(&mut self.served));
+    }
+}
+
+impl Drop for FrontReader {
+    fn drop(&mut self) {
+        self.flush();
+    }
 }
 
 #[async_trait]
-impl BodyReader for TimedReader {
+impl BodyReader for FrontReader {
     /// Cancel safety: as the inner reader; a timeout is a cancelled read, so nothing is lost.
     async fn read(&mut self) -> Result<Option<Bytes>, BodyError> {
-        tokio::time::timeout(self.timeout, self.inner.read())
-            .await
-            .unwrap_or(Err(BodyError::WaitTimedOut))
+        let result = match self.timeout {
+            None => self.inner.read().await,
+            Some(_) if tokio::runtime::Handle::try_current().is_err() => Err(BodyError::NoRuntime),
+            Some(timeout) => tokio::time::timeout(timeout, self.inner.read())
+                .await
+                .unwrap_or(Err(BodyError::WaitTimedOut)),
+        };
+        match &result {
+            Ok(Some(chunk)) => self.served += chunk.len() as u64,
+            Ok(None) | Err(_) => self.flush(),
+        }
+        result
     }
 
     /// Cancel safety: as the inner reader.
     async fn seek(&mut self, range: ByteRange) -> Result<(), BodyError> {
-        tokio::time::timeout(self.timeout, self.inner.seek(range))
-            .await
-            .unwrap_or(Err(BodyError::WaitTimedOut))
+        match self.timeout {
+            None => self.inner.seek(range).await,
+            Some(_) if tokio::runtime::Handle::try_current().is_err() => Err(BodyError::NoRuntime),
+            Some(timeout) => tokio::time::timeout(timeout, self.inner.seek(range))
+                .await
+                .unwrap_or(Err(BodyError::WaitTimedOut)),
+        }
     }
 
     fn state(&self) -> WriteState {

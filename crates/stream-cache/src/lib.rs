@@ -60,9 +60,11 @@ mod body;
 mod cell;
 mod disk;
 mod error;
+mod fence;
 mod front;
 mod mem;
 mod state;
+mod stats;
 mod sync;
 mod traits;
 
@@ -73,12 +75,14 @@ pub mod loom_support;
 pub use body::BodyStream;
 #[cfg(feature = "http-body")]
 pub use body::HttpBody;
-pub use disk::DiskStorage;
+pub use disk::{DiskStorage, DiskStorageBuilder, Durability};
 pub use error::{BodyError, FillError, StorageError, WriteError};
+pub use fence::{Admission, FenceTable, WriteFence};
 pub use front::{NoReaderPolicy, StreamCache, StreamCacheBuilder, Upstream};
 pub use mem::MemStorage;
 pub use state::{AbortKind, AbortReason, WriteState};
+pub use stats::{AbortCounts, StreamCacheStats};
 pub use traits::{
     BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities, Hit, ObjectMeta,
-    Storage, read_to_end,
+    Storage, StorageUsage, read_to_end,
 };

@@ -5,22 +5,26 @@
 //! copy per reader, no whole-body copy at finish). The index maps a key to its *current* write
 //! only, tagged with a write id, so a superseded writer can never touch the newer entry.
 //! Eviction is a CLOCK sweep over complete objects only: an in-progress body is never evicted
-//! from under its readers.
+//! from under its readers. The CLOCK queue is compacted when stale records (of replaced or
+//! purged objects) outnumber live ones, so it stays O(objects) whatever the write pattern.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Context;
+use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use parking_lot::RwLock;
 
 use crate::cell::{BodyCell, CellLimits, Cursor};
 use crate::error::{BodyError, StorageError, WriteError};
+use crate::fence::{Admission, FenceTable, WriteFence};
 use crate::state::{AbortReason, WriteState};
+use crate::sync::RwLock;
 use crate::traits::{
-    BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities, Hit, ObjectMeta, Storage,
+    BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities, Hit, ObjectMeta,
+    Storage, StorageUsage,
 };
 
 /// In-memory storage holding at most `capacity` bytes of complete objects (plus the bytes of
@@ -36,7 +40,9 @@ pub struct MemStorage {
 
 #[derive(Debug)]
 struct Shared {
+    /// Lock order: `index`, then the fence table's own lock.
     index: RwLock<Index>,
+    fences: FenceTable,
     next_id: AtomicU64,
     capacity: u64,
     max_object_size: u64,
@@ -45,10 +51,17 @@ struct Shared {
 #[derive(Debug, Default)]
 struct Index {
     map: HashMap<CacheKey, Entry>,
-    /// CLOCK order of complete objects, as (key, write id); stale records are skipped.
+    /// CLOCK order of complete objects, as (key, write id). A record goes stale when its object
+    /// is replaced or purged; stale records are skipped by the sweep and dropped by
+    /// [`Index::compact`], so the queue stays O(complete objects).
     clock: VecDeque<(CacheKey, u64)>,
+    /// Complete objects in `map` (each has exactly one current record in `clock`).
+    complete: usize,
     used: u64,
 }
+
+/// Stale records tolerated beyond one per complete object before the queue is compacted.
+const CLOCK_SLACK: usize = 16;
 
 #[derive(Debug)]
 struct Entry {
@@ -76,6 +89,7 @@ impl MemStorage {
         MemStorage {
             shared: Arc::new(Shared {
                 index: RwLock::new(Index::default()),
+                fences: FenceTable::new(),
                 next_id: AtomicU64::new(1),
                 capacity,
                 max_object_size: max_object_size.min(capacity),
@@ -103,7 +117,32 @@ impl Index {
     fn remove(&mut self, key: &CacheKey) -> Option<Entry> {
         let entry = self.map.remove(key)?;
         self.used -= entry.charged;
+        if entry.complete {
+            self.complete -= 1;
+            self.compact_if_stale();
+        }
         Some(entry)
+    }
+
+    /// Drop stale CLOCK records once they outnumber the live ones (plus slack). Each compaction
+    /// walks the queue once and at least half of it is stale records, each made by one removal:
+    /// amortised O(1) per removal, and the queue never exceeds `2 * complete + CLOCK_SLACK + 1`.
+    fn compact_if_stale(&mut self) {
+        if self.clock.len() <= 2 * self.complete + CLOCK_SLACK {
+            return;
+        }
+        let map = &self.map;
+        self.clock.retain(|(key, id)| {
+            map.get(key)
+                .is_some_and(|entry| entry.id == *id && entry.complete)
+        });
+    }
+
+    /// Record a newly complete object in the CLOCK.
+    fn push_complete(&mut self, key: CacheKey, id: u64) {
+        self.complete += 1;
+        self.clock.push_back((key, id));
+        self.compact_if_stale();
     }
 
     fn remove_if_current(&mut self, key: &CacheKey, id: u64) -> Option<Entry> {
@@ -125,7 +164,13 @@ impl Index {
             if entry.id != id || !entry.complete {
                 continue;
             }
-            if entry.object.referenced.swap(false, Ordering::Relaxed) {
+            // An expired object gets no second chance (the clock is read only for those).
+            let expired = entry
+                .object
+                .meta
+                .expires_at
+                .is_some_and(|at| at <= SystemTime::now());
+            if !expired && entry.object.referenced.swap(false, Ordering::Relaxed) {
                 self.clock.push_back((key, id));
                 continue;
             }
@@ -150,6 +195,14 @@ impl Storage for MemStorage {
             .with_partial_reads(true)
             .with_range_reads(true)
             .with_max_object_size(Some(self.shared.max_object_size))
+            .with_expiry(true)
+    }
+
+    fn usage(&self) -> Option<StorageUsage> {
+        Some(StorageUsage {
+            used_bytes: self.used_bytes(),
+            capacity_bytes: Some(self.shared.capacity),
+        })
     }
 
     /// Cancel safety: no await; the lookup happens entirely in the first poll.
@@ -166,6 +219,24 @@ impl Storage for MemStorage {
         if matches!(object.cell.state(), WriteState::Aborted(_)) {
             return Ok(None);
         }
+        // Expired: a miss, and the object goes now (only objects with an expiry read the clock).
+        if object
+            .meta
+            .expires_at
+            .is_some_and(|at| at <= SystemTime::now())
+        {
+            let mut index = self.shared.index.write();
+            if index
+                .map
+                .get(key)
+                .is_some_and(|entry| Arc::ptr_eq(&entry.object, &object))
+            {
+                // A write still in progress goes on for the readers bound to it, as a
+                // superseded one does; it is no longer the key's object.
+                index.remove(key);
+            }
+            return Ok(None);
+        }
         if !object.referenced.load(Ordering::Relaxed) {
             object.referenced.store(true, Ordering::Relaxed);
         }
@@ -177,12 +248,20 @@ impl Storage for MemStorage {
         }))
     }
 
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        self.shared.fences.fence(key)
+    }
+
     /// Cancel safety: no await; the write begins entirely in the first poll.
-    async fn begin_write(
+    async fn begin_write_fenced(
         &self,
         key: &CacheKey,
         meta: ObjectMeta,
+        fence: WriteFence,
     ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        if !self.shared.fences.issued(&fence, key) {
+            return Err(StorageError::ForeignFence);
+        }
         let limit = self.shared.max_object_size;
         if let Some(declared) = meta.expected_len
             && declared > limit
@@ -202,31 +281,44 @@ impl Storage for MemStorage {
             referenced: AtomicBool::new(false),
         });
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        {
+        let admission = {
             let mut index = self.shared.index.write();
-            index.remove(key);
-            index.map.insert(
-                key.clone(),
-                Entry {
-                    id,
-                    object: Arc::clone(&object),
-                    charged: 0,
-                    complete: false,
-                },
-            );
-        }
+            let admission = self.shared.fences.admit(&fence);
+            match admission {
+                Admission::Admitted => {
+                    index.remove(key);
+                    index.map.insert(
+                        key.clone(),
+                        Entry {
+                            id,
+                            object: Arc::clone(&object),
+                            charged: 0,
+                            complete: false,
+                        },
+                    );
+                }
+                // Never indexed: it cannot be looked up, and `finish` finds it is not current.
+                Admission::Superseded => {}
+                Admission::Purged => {
+                    object.cell.abort(AbortReason::Purged);
+                }
+            }
+            admission
+        };
+        drop(fence);
         Ok(Box::new(MemWriter {
             shared: Arc::clone(&self.shared),
             key: key.clone(),
             id,
             object,
-            done: false,
+            done: admission == Admission::Purged,
         }))
     }
 
     /// Cancel safety: no await; the purge happens entirely in the first poll.
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
         let mut index = self.shared.index.write();
+        self.shared.fences.purge(key);
         let Some(entry) = index.remove(key) else {
             return Ok(false);
         };
@@ -283,7 +375,7 @@ impl BodyWriter for MemWriter {
                     && entry.id == self.id
                 {
                     entry.complete = true;
-                    index.clock.push_back((self.key.clone(), self.id));
+                    index.push_complete(self.key.clone(), self.id);
                     index.evict(self.shared.capacity);
                 }
                 Ok(len)
@@ -372,5 +464,72 @@ impl BodyReader for MemReader {
 
     fn position(&self) -> u64 {
         self.cursor.position()
+    }
+}
+
+#[cfg(all(test, not(herd_loom)))]
+mod tests {
+    use super::*;
+
+    async fn store(storage: &MemStorage, key: &str, body: &'static [u8]) {
+        let mut writer = storage
+            .begin_write(&key.into(), ObjectMeta::default())
+            .await
+            .unwrap();
+        writer.write(Bytes::from_static(body)).await.unwrap();
+        writer.finish().await.unwrap();
+    }
+
+    fn records(storage: &MemStorage) -> usize {
+        storage.shared.index.read().clock.len()
+    }
+
+    /// Issue 15: 10,000 rewrites of one key leave O(1) eviction records, not 10,000.
+    #[tokio::test]
+    async fn rewrites_keep_eviction_records_bounded() {
+        let storage = MemStorage::new(1 << 20);
+        for _ in 0..10_000 {
+            store(&storage, "k", b"body").await;
+        }
+        assert_eq!(storage.len(), 1);
+        assert!(
+            records(&storage) <= 2 + CLOCK_SLACK,
+            "{}",
+            records(&storage)
+        );
+    }
+
+    /// Purges (and writes that replace complete objects with in-progress ones) too.
+    #[tokio::test]
+    async fn purges_keep_eviction_records_bounded() {
+        let storage = MemStorage::new(1 << 20);
+        for i in 0..10_000 {
+            let key = format!("k{}", i % 100);
+            store(&storage, &key, b"body").await;
+            if i % 2 == 0 {
+                storage.purge(&key.as_str().into()).await.unwrap();
+            } else {
+                // Replaced by a write that is then dropped (aborted).
+                drop(
+                    storage
+                        .begin_write(&key.as_str().into(), ObjectMeta::default())
+                        .await
+                        .unwrap(),
+                );
+            }
+        }
+        assert!(storage.is_empty());
+        assert!(
+            records(&storage) <= 1 + CLOCK_SLACK,
+            "{}",
+            records(&storage)
+        );
+        // Eviction still works afterwards, and in CLOCK order.
+        let small = MemStorage::new(8);
+        store(&small, "a", b"1234").await;
+        store(&small, "b", b"1234").await;
+        store(&small, "c", b"1234").await;
+        assert!(small.used_bytes() <= 8);
+        assert_eq!(small.len(), 2);
     }
 }

@@ -48,9 +48,10 @@ pub enum AbortReason {
         /// What was written (or would have been, had the write been accepted).
         written: u64,
     },
-    /// The fill ran longer than its time limit.
+    /// The fill ran longer than its fill timeout (`StreamCacheBuilder::fill_timeout`). Not to be
+    /// confused with `BodyError::WaitTimedOut`, a reader's wait timeout.
     #[error("the fill timed out")]
-    TimedOut,
+    FillTimedOut,
     /// The object was purged while it was being written.
     #[error("the object was purged while it was written")]
     Purged,
@@ -63,6 +64,10 @@ pub enum AbortReason {
     /// The fill was stopped because no reader was left (`NoReaderPolicy::Abort`).
     #[error("the fill was stopped because no reader was left")]
     NoReaders,
+    /// The stored bytes do not match the checksum written with them (a torn write, bit rot, a
+    /// crash that left zeroed blocks): the body is not served past the point it was found.
+    #[error("the stored body is corrupt (checksum mismatch)")]
+    Corrupt,
 }
 
 impl AbortReason {
@@ -81,11 +86,12 @@ impl AbortReason {
             AbortReason::Upstream(_) => AbortKind::Upstream,
             AbortReason::TooLarge { .. } => AbortKind::TooLarge,
             AbortReason::LengthMismatch { .. } => AbortKind::LengthMismatch,
-            AbortReason::TimedOut => AbortKind::TimedOut,
+            AbortReason::FillTimedOut => AbortKind::FillTimedOut,
             AbortReason::Purged => AbortKind::Purged,
             AbortReason::Storage(_) => AbortKind::Storage,
             AbortReason::Cancelled => AbortKind::Cancelled,
             AbortReason::NoReaders => AbortKind::NoReaders,
+            AbortReason::Corrupt => AbortKind::Corrupt,
         }
     }
 }
@@ -99,9 +105,10 @@ pub enum AbortKind {
     Upstream,
     TooLarge,
     LengthMismatch,
-    TimedOut,
+    FillTimedOut,
     Purged,
     Storage,
     Cancelled,
     NoReaders,
+    Corrupt,
 }

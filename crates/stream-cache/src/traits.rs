@@ -7,11 +7,13 @@
 use std::fmt;
 use std::ops::{Range, RangeFrom, RangeFull};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::error::{BodyError, StorageError, WriteError};
+use crate::fence::WriteFence;
 use crate::state::{AbortReason, WriteState};
 
 /// A cache key: arbitrary bytes, cheap to clone.
@@ -64,8 +66,8 @@ impl From<Bytes> for CacheKey {
     }
 }
 
-/// What is stored beside a body: an optional declared length (checked at `finish`) and opaque
-/// user bytes (headers, a content type...), returned unchanged by `lookup`.
+/// What is stored beside a body: an optional declared length (checked at `finish`), an optional
+/// expiry, and opaque user bytes (headers, a content type...), returned unchanged by `lookup`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObjectMeta {
     /// The declared body length. Writing more, or finishing with fewer, aborts the write with
@@ -73,6 +75,11 @@ pub struct ObjectMeta {
     pub expected_len: Option<u64>,
     /// Opaque user metadata.
     pub user: Bytes,
+    /// When the object stops being fresh: from then on `lookup` misses and the object may be
+    /// evicted at once. Wall-clock time, so it survives a restart of a persistent backend
+    /// (stored to the millisecond). Honoured only by backends with the `expiry` capability
+    /// (`StreamCache` refuses expiring fills for the others).
+    pub expires_at: Option<SystemTime>,
 }
 
 impl ObjectMeta {
@@ -81,6 +88,7 @@ impl ObjectMeta {
         ObjectMeta {
             expected_len: None,
             user: user.into(),
+            expires_at: None,
         }
     }
 
@@ -88,6 +96,23 @@ impl ObjectMeta {
     pub fn with_len(mut self, len: u64) -> Self {
         self.expected_len = Some(len);
         self
+    }
+
+    /// Expire `ttl` from now (a TTL too large to represent means no expiry).
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.expires_at = SystemTime::now().checked_add(ttl);
+        self
+    }
+
+    /// Expire at `at`.
+    pub fn with_expiry(mut self, at: SystemTime) -> Self {
+        self.expires_at = Some(at);
+        self
+    }
+
+    /// True if the object has an expiry and it is not after `now`.
+    pub fn is_expired_at(&self, now: SystemTime) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
     }
 }
 
@@ -138,6 +163,11 @@ pub struct Capabilities {
     pub max_object_size: Option<u64>,
     /// Complete objects survive a restart of the backend.
     pub persistent: bool,
+    /// `ObjectMeta::expires_at` is kept: `lookup` of an expired object misses (and the object
+    /// becomes evictable at once). A backend without it may ignore the expiry, so
+    /// `StreamCache` refuses to fill an expiring object into it (`StorageError::Unsupported`)
+    /// rather than serve it past its expiry.
+    pub expiry: bool,
 }
 
 impl Capabilities {
@@ -148,6 +178,7 @@ impl Capabilities {
             range_reads: false,
             max_object_size: None,
             persistent: false,
+            expiry: false,
         }
     }
 
@@ -174,6 +205,22 @@ impl Capabilities {
         self.persistent = yes;
         self
     }
+
+    /// Set `expiry`.
+    pub const fn with_expiry(mut self, yes: bool) -> Self {
+        self.expiry = yes;
+        self
+    }
+}
+
+/// How many bytes a backend holds and may hold ([`Storage::usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StorageUsage {
+    /// Bytes charged now (as the backend accounts them: bodies, and files plus metadata for
+    /// `DiskStorage`).
+    pub used_bytes: u64,
+    /// The byte capacity, if bounded.
+    pub capacity_bytes: Option<u64>,
 }
 
 /// A found object: its meta and a reader bound to the write that produced (or is producing) it.
@@ -209,24 +256,59 @@ pub trait Storage: Send + Sync + 'static {
     /// What this backend supports.
     fn capabilities(&self) -> Capabilities;
 
+    /// Used and capacity bytes, for monitoring; `None` (the default) if the backend does not
+    /// account them. Cheap: `StreamCache::stats` calls it.
+    fn usage(&self) -> Option<StorageUsage> {
+        None
+    }
+
     /// Find the current object for `key`.
     ///
     /// Cancel safety: dropping the future leaves the storage unchanged.
     async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError>;
 
-    /// Start writing a new object for `key`, replacing the current one (see the trait docs).
-    /// Fails with `StorageError::TooLarge` if `meta.expected_len` exceeds the object size limit.
+    /// Take a fence for a write of `key` that starts now (see [`crate::FenceTable`], which
+    /// implements this for a backend). A fill takes it before it asks its origin for anything.
+    fn fence(&self, key: &CacheKey) -> WriteFence;
+
+    /// Start writing a new object for `key`, replacing the current one (see the trait docs),
+    /// as the write that took `fence`. Where the write becomes visible, under the same lock as
+    /// `purge`, the backend checks the fence:
+    /// - `key` was purged after `fence` was taken: the write is returned already aborted with
+    ///   `Purged` and never becomes visible (a purge is final);
+    /// - a write whose fence is newer was made visible meanwhile: the write never becomes the
+    ///   key's object (it still runs for readers bound to it through `source`): the newer write
+    ///   wins, always.
+    ///
+    /// Fails with `StorageError::TooLarge` if `meta.expected_len` exceeds the object size limit,
+    /// `StorageError::ForeignFence` if `fence` was taken for another key or from another storage.
     ///
     /// Cancel safety: dropping the future leaves no visible object and no leftover resources.
+    async fn begin_write_fenced(
+        &self,
+        key: &CacheKey,
+        meta: ObjectMeta,
+        fence: WriteFence,
+    ) -> Result<Box<dyn BodyWriter>, StorageError>;
+
+    /// [`begin_write_fenced`](Storage::begin_write_fenced) with a fence taken in this call's
+    /// first poll: of two `begin_write` calls for one key, the one called later wins, however
+    /// their awaits interleave; a purge that returns while this call is under way is final.
+    ///
+    /// Cancel safety: as `begin_write_fenced`.
     async fn begin_write(
         &self,
         key: &CacheKey,
         meta: ObjectMeta,
-    ) -> Result<Box<dyn BodyWriter>, StorageError>;
+    ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        let fence = self.fence(key);
+        self.begin_write_fenced(key, meta, fence).await
+    }
 
     /// Remove `key`. An in-progress write is aborted with `Purged` (its readers get every byte
-    /// written, then that error); readers of a complete object may finish reading it. Returns
-    /// whether anything was removed.
+    /// written, then that error); readers of a complete object may finish reading it. Every
+    /// write whose fence was taken before this call is fenced out (see `begin_write_fenced`).
+    /// Returns whether anything was removed.
     ///
     /// Cancel safety: dropping the future may leave the purge half done (the write aborted but
     /// the complete object still present); calling `purge` again completes it.
@@ -326,8 +408,25 @@ impl<S: Storage + ?Sized> Storage for Arc<S> {
         (**self).capabilities()
     }
 
+    fn usage(&self) -> Option<StorageUsage> {
+        (**self).usage()
+    }
+
     async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError> {
         (**self).lookup(key).await
+    }
+
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        (**self).fence(key)
+    }
+
+    async fn begin_write_fenced(
+        &self,
+        key: &CacheKey,
+        meta: ObjectMeta,
+        fence: WriteFence,
+    ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        (**self).begin_write_fenced(key, meta, fence).await
     }
 
     async fn begin_write(

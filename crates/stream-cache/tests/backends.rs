@@ -16,7 +16,7 @@ fn key(name: &str) -> CacheKey {
 async fn disk_restart_cleans_leftovers_and_keeps_complete_objects() {
     let dir = TempDir::new();
     {
-        let storage = DiskStorage::open(dir.path()).await.unwrap();
+        let storage = DiskStorage::open(dir.path(), 1 << 30).await.unwrap();
         let mut done = storage
             .begin_write(&key("done"), ObjectMeta::new("kept"))
             .await
@@ -41,7 +41,7 @@ async fn disk_restart_cleans_leftovers_and_keeps_complete_objects() {
         "the interrupted write left a temp file"
     );
 
-    let storage = DiskStorage::open(dir.path()).await.unwrap();
+    let storage = DiskStorage::open(dir.path(), 1 << 30).await.unwrap();
     assert_eq!(
         std::fs::read_dir(&tmp).unwrap().count(),
         0,
@@ -62,7 +62,7 @@ async fn disk_restart_cleans_leftovers_and_keeps_complete_objects() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_never_serves_a_torn_object_file() {
     let dir = TempDir::new();
-    let storage = DiskStorage::open(dir.path()).await.unwrap();
+    let storage = DiskStorage::open(dir.path(), 1 << 30).await.unwrap();
     let mut w = storage
         .begin_write(&key("torn"), ObjectMeta::default())
         .await
@@ -86,7 +86,7 @@ async fn disk_never_serves_a_torn_object_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_reader_of_complete_object_survives_purge() {
     let dir = TempDir::new();
-    let storage = DiskStorage::open(dir.path()).await.unwrap();
+    let storage = DiskStorage::open(dir.path(), 1 << 30).await.unwrap();
     let mut w = storage
         .begin_write(&key("k"), ObjectMeta::default())
         .await
@@ -106,7 +106,7 @@ async fn disk_reader_of_complete_object_survives_purge() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_abort_removes_the_temp_file() {
     let dir = TempDir::new();
-    let storage = DiskStorage::open(dir.path()).await.unwrap();
+    let storage = DiskStorage::open(dir.path(), 1 << 30).await.unwrap();
     let mut w = storage
         .begin_write(&key("k"), ObjectMeta::default())
         .await

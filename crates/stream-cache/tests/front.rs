@@ -300,8 +300,8 @@ async fn fill_timeout_before_meta() {
     });
     let follower = cache.get_or_fill("k", no_fill);
     let (slow, follower) = tokio::join!(slow, follower);
-    assert!(matches!(slow, Err(FillError::TimedOut)));
-    assert!(matches!(follower, Err(FillError::TimedOut)));
+    assert!(matches!(slow, Err(FillError::FillTimedOut)));
+    assert!(matches!(follower, Err(FillError::FillTimedOut)));
 }
 
 #[tokio::test(start_paused = true)]
@@ -320,7 +320,7 @@ async fn fill_timeout_while_streaming_aborts_readers() {
     assert_eq!(body, b"part");
     assert!(matches!(
         end,
-        Err(BodyError::Aborted(AbortReason::TimedOut))
+        Err(BodyError::Aborted(AbortReason::FillTimedOut))
     ));
     assert!(cache.lookup("k").await.unwrap().is_none());
 }
@@ -357,6 +357,88 @@ async fn no_reader_policy_abort_stops_the_fill() {
         .await
         .unwrap();
     drop(hit);
+    send(&tx, "nobody listens");
+    tx.closed().await; // the pump gave up and dropped the upstream
+    assert!(cache.lookup("k").await.unwrap().is_none());
+}
+
+/// A follower woken with the published body but not yet attached counts as a reader: the
+/// leader dropping its own reader first must not abort the body the follower asked for.
+#[tokio::test]
+async fn no_reader_policy_abort_spares_a_woken_follower() {
+    let cache = StreamCacheBuilder::new()
+        .no_reader_policy(NoReaderPolicy::Abort)
+        .build(MemStorage::new(1 << 20));
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let leader = {
+        let cache = cache.clone();
+        tokio::spawn(async move {
+            cache
+                .get_or_fill("k", move || async move {
+                    started_tx.send(()).unwrap();
+                    released.await.unwrap();
+                    Ok(upstream)
+                })
+                .await
+        })
+    };
+    started.await.unwrap();
+    let mut follower = pin!(cache.get_or_fill("k", no_fill));
+    assert!(futures::poll!(follower.as_mut()).is_pending());
+    release.send(()).unwrap();
+    // The leader publishes (waking the follower, which is not polled yet) and leaves.
+    drop(leader.await.unwrap().unwrap());
+    send(&tx, "a");
+    // Let the pump write the chunk and check for readers (single-threaded runtime: once the
+    // bytes are charged, or the write is gone, that poll of the pump is over).
+    let mut pumped = false;
+    for _ in 0..10_000 {
+        if cache.storage().used_bytes() == 1 || cache.storage().is_empty() {
+            pumped = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(pumped, "the pump never took the first chunk");
+    // (Fails only if the pump gave up; the follower's read below says why.)
+    let _ = tx.send(Ok(Bytes::from_static(b"b")));
+    drop(tx);
+    let mut hit = follower.await.unwrap();
+    let (body, end) = drain(&mut *hit.body).await;
+    assert_eq!(body, b"ab");
+    assert!(end.is_ok(), "{end:?}");
+}
+
+/// A woken follower that goes away without attaching releases its claim: the fill then stops.
+#[tokio::test]
+async fn no_reader_policy_abort_after_a_woken_follower_left() {
+    let cache = StreamCacheBuilder::new()
+        .no_reader_policy(NoReaderPolicy::Abort)
+        .build(MemStorage::new(1 << 20));
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let leader = {
+        let cache = cache.clone();
+        tokio::spawn(async move {
+            cache
+                .get_or_fill("k", move || async move {
+                    started_tx.send(()).unwrap();
+                    released.await.unwrap();
+                    Ok(upstream)
+                })
+                .await
+        })
+    };
+    started.await.unwrap();
+    {
+        let mut follower = pin!(cache.get_or_fill("k", no_fill));
+        assert!(futures::poll!(follower.as_mut()).is_pending());
+        release.send(()).unwrap();
+        drop(leader.await.unwrap().unwrap());
+    }
     send(&tx, "nobody listens");
     tx.closed().await; // the pump gave up and dropped the upstream
     assert!(cache.lookup("k").await.unwrap().is_none());
@@ -542,13 +624,17 @@ impl Storage for CompleteOnly {
             .await?
             .filter(|hit| matches!(hit.body.state(), WriteState::Complete(_))))
     }
-    async fn begin_write(
+    fn fence(&self, key: &stream_cache::CacheKey) -> stream_cache::WriteFence {
+        self.0.fence(key)
+    }
+    async fn begin_write_fenced(
         &self,
         key: &stream_cache::CacheKey,
         meta: ObjectMeta,
+        fence: stream_cache::WriteFence,
     ) -> Result<Box<dyn stream_cache::BodyWriter>, stream_cache::StorageError> {
         Ok(Box::new(CompleteOnlyWriter(
-            self.0.begin_write(key, meta).await?,
+            self.0.begin_write_fenced(key, meta, fence).await?,
         )))
     }
     async fn purge(
@@ -590,4 +676,95 @@ async fn backend_without_partial_reads_reports_the_abort() {
         Err(FillError::Aborted(AbortReason::Upstream(_)))
     ));
     assert!(cache.lookup("k").await.unwrap().is_none());
+}
+
+/// Issue 14: `StreamCache` polled outside any tokio runtime answers with typed errors, never a
+/// panic; a `MemStorage` hit needs no runtime and is still served.
+#[test]
+fn outside_a_runtime_errors_are_typed() {
+    let cache = StreamCacheBuilder::new()
+        .reader_wait_timeout(Duration::from_secs(1))
+        .build(MemStorage::new(1 << 20));
+    let miss = futures::executor::block_on(cache.get_or_fill("k", no_fill));
+    assert!(matches!(miss, Err(FillError::NoRuntime)), "{miss:?}");
+
+    let storage = cache.storage().clone();
+    futures::executor::block_on(async {
+        let mut writer = storage
+            .begin_write(&"k".into(), ObjectMeta::default())
+            .await
+            .unwrap();
+        writer.write(Bytes::from_static(b"body")).await.unwrap();
+        writer.finish().await.unwrap();
+    });
+    let mut hit = futures::executor::block_on(cache.get_or_fill("k", no_fill)).unwrap();
+    // The reader wait timeout needs tokio's clock.
+    let read = futures::executor::block_on(hit.body.read());
+    assert!(matches!(read, Err(BodyError::NoRuntime)), "{read:?}");
+
+    let dir = std::env::temp_dir().join(format!("stream-cache-noruntime-{}", std::process::id()));
+    let disk = futures::executor::block_on(stream_cache::DiskStorage::open(&dir, 1 << 20));
+    assert!(
+        matches!(disk, Err(stream_cache::StorageError::NoRuntime)),
+        "{disk:?}"
+    );
+}
+
+/// Issue 15: `stats()` counts hits, partial hits, misses, fills, aborts by cause, bytes served
+/// and purges, and reports the backend's used/capacity bytes.
+#[tokio::test]
+async fn stats_count_what_happened() {
+    let cache = StreamCache::new(MemStorage::new(1 << 20));
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    let mut leader = cache
+        .get_or_fill("k", || async { Ok(upstream) })
+        .await
+        .unwrap();
+    send(&tx, "abc");
+    let mut partial = cache.get_or_fill("k", no_fill).await.unwrap();
+    send(&tx, "def");
+    drop(tx);
+    assert_eq!(drain(&mut *leader.body).await.0, b"abcdef");
+    assert_eq!(drain(&mut *partial.body).await.0, b"abcdef");
+    drop((leader, partial));
+    for _ in 0..1_000 {
+        if cache.stats().fills_completed == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let mut hit = cache.lookup("k").await.unwrap().unwrap();
+    let first = hit.body.read().await.unwrap().unwrap();
+    assert_eq!(first, "abc"); // MemStorage returns the written chunks
+    drop(hit); // 3 bytes served, counted on drop
+    assert!(cache.lookup("nothing").await.unwrap().is_none());
+
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    send(&tx, "x");
+    tx.send(Err(io::Error::other("origin reset"))).unwrap();
+    let mut failed = cache
+        .get_or_fill("u", || async { Ok(upstream) })
+        .await
+        .unwrap();
+    assert!(drain(&mut *failed.body).await.1.is_err());
+    let refused = cache
+        .get_or_fill("v", || async { Err(io::Error::other("refused")) })
+        .await;
+    assert!(refused.is_err());
+    assert!(cache.purge("k").await.unwrap());
+
+    let stats = cache.stats();
+    assert_eq!(stats.hits, 1);
+    assert_eq!(stats.partial_hits, 1);
+    assert_eq!(stats.misses, 4, "k, nothing, u, v");
+    assert_eq!(stats.fills_started, 3);
+    assert_eq!(stats.fills_completed, 1);
+    assert_eq!(stats.fills_failed, 1);
+    assert_eq!(stats.aborts.get(AbortKind::Upstream), 1);
+    assert_eq!(stats.aborts.total(), 1);
+    assert_eq!(stats.bytes_served, 6 + 6 + 3 + 1);
+    assert_eq!(stats.purges, 1);
+    let usage = stats.storage.unwrap();
+    assert_eq!(usage.capacity_bytes, Some(1 << 20));
+    assert_eq!(usage.used_bytes, cache.storage().used_bytes());
 }

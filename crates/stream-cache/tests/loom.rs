@@ -141,13 +141,122 @@ fn seek_waiting_past_end_sees_abort() {
         let writer = cell.clone();
         let write = thread::spawn(move || {
             writer.append(chunk("ab")).unwrap();
-            writer.abort(AbortReason::TimedOut);
+            writer.abort(AbortReason::FillTimedOut);
         });
         let result = block_on(reader.seek(3, None));
         write.join().unwrap();
         assert!(matches!(
             result,
-            Err(BodyError::Aborted(AbortReason::TimedOut))
+            Err(BodyError::Aborted(AbortReason::FillTimedOut))
         ));
     });
+}
+
+/// The write fence (issue 15), on `MemStorage` itself (its index lock, the fence table and the
+/// cell all go through the loom shim).
+mod fence {
+    use super::*;
+    use std::sync::Arc;
+    use stream_cache::{MemStorage, ObjectMeta, Storage};
+
+    fn write_body(
+        storage: &MemStorage,
+        fence: stream_cache::WriteFence,
+        body: &'static str,
+    ) -> bool {
+        block_on(async {
+            let key = "k".into();
+            let Ok(mut writer) = storage
+                .begin_write_fenced(&key, ObjectMeta::default(), fence)
+                .await
+            else {
+                return false;
+            };
+            if writer.write(chunk(body)).await.is_err() {
+                return false;
+            }
+            writer.finish().await.is_ok()
+        })
+    }
+
+    fn current_body(storage: &MemStorage) -> Option<(Vec<u8>, Result<(), BodyError>)> {
+        block_on(async {
+            let mut hit = storage.lookup(&"k".into()).await.unwrap()?;
+            let mut body = Vec::new();
+            loop {
+                match hit.body.read().await {
+                    Ok(Some(bytes)) => body.extend_from_slice(&bytes),
+                    Ok(None) => return Some((body, Ok(()))),
+                    Err(error) => return Some((body, Err(error))),
+                }
+            }
+        })
+    }
+
+    /// A fill that started before the purge races it through `begin_write`, `write` and
+    /// `finish`: once `purge` returns, the key never shows that fill's body again.
+    #[test]
+    fn purge_is_final_against_a_fill_that_started_before_it() {
+        loom::model(|| {
+            let storage = Arc::new(MemStorage::new(1024));
+            let fence = storage.fence(&"k".into());
+            let filler = {
+                let storage = Arc::clone(&storage);
+                thread::spawn(move || write_body(&storage, fence, "old"))
+            };
+            block_on(storage.purge(&"k".into())).unwrap();
+            // Right after the purge (the fill may still be running) ...
+            if let Some((body, end)) = current_body(&storage) {
+                panic!("purged key served {body:?} ending {end:?}");
+            }
+            // ... and after it ended, however it ended (it may have finished before the purge,
+            // which then removed it).
+            filler.join().unwrap();
+            assert!(current_body(&storage).is_none());
+        });
+    }
+
+    /// Two fills race with fences taken in order: the newer one is the key's object at the end,
+    /// whichever reached `begin_write` first.
+    #[test]
+    fn newer_fence_wins_the_race() {
+        loom::model(|| {
+            let storage = Arc::new(MemStorage::new(1024));
+            let older = storage.fence(&"k".into());
+            let newer = storage.fence(&"k".into());
+            let old = {
+                let storage = Arc::clone(&storage);
+                thread::spawn(move || write_body(&storage, older, "old"))
+            };
+            assert!(write_body(&storage, newer, "new"));
+            old.join().unwrap();
+            let (body, end) = current_body(&storage).expect("the newer write is stored");
+            assert_eq!(body, b"new");
+            assert!(end.is_ok());
+        });
+    }
+
+    /// A fill takes its fence while a purge runs: whatever is visible at the end is that fill's
+    /// complete body (it counted as started after the purge), never a visible body that fails.
+    #[test]
+    fn fence_taken_while_purging_is_decided_once() {
+        loom::model(|| {
+            let storage = Arc::new(MemStorage::new(1024));
+            let filler = {
+                let storage = Arc::clone(&storage);
+                thread::spawn(move || {
+                    let fence = storage.fence(&"k".into());
+                    write_body(&storage, fence, "body")
+                })
+            };
+            block_on(storage.purge(&"k".into())).unwrap();
+            let finished = filler.join().unwrap();
+            // Otherwise: fenced out, or finished before the purge removed it.
+            if let Some((body, end)) = current_body(&storage) {
+                assert!(finished);
+                assert_eq!(body, b"body");
+                assert!(end.is_ok());
+            }
+        });
+    }
 }

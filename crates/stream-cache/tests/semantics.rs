@@ -434,7 +434,7 @@ both_backends!(lookup_after_abort_misses, None, |storage: Arc<
         .await
         .unwrap();
     w.write(Bytes::from_static(b"partial")).await.unwrap();
-    w.abort(AbortReason::TimedOut);
+    w.abort(AbortReason::FillTimedOut);
     assert!(storage.lookup(&k).await.unwrap().is_none());
     assert!(!storage.purge(&k).await.unwrap());
 });

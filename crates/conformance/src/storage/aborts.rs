@@ -358,6 +358,6 @@ pub async fn lookup_after_abort(ctx: Ctx) -> CaseResult {
 
     let empty = CacheKey::from("aborted-empty");
     let writer = check::begin(&ctx, "begin_write", &empty, ObjectMeta::default()).await?;
-    writer.abort(AbortReason::TimedOut);
+    writer.abort(AbortReason::FillTimedOut);
     check::expect_miss(&ctx, "lookup after aborting a write with no bytes", &empty).await
 }

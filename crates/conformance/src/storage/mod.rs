@@ -27,15 +27,21 @@ pub mod check;
 mod aborts;
 mod basics;
 mod faults;
+mod fences;
+mod persistent;
 mod ranges;
 mod readers;
 mod sweeps;
+mod waits;
 mod writers;
 
+use std::any::Any;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use stream_cache::{Capabilities, Storage};
 
 pub use aborts::{
@@ -45,6 +51,12 @@ pub use aborts::{
 };
 pub use basics::{empty_body, large_body_many_chunks, meta_round_trip, missing_key, round_trip};
 pub use faults::{fault_failed_finish, fault_failed_write, fault_stream_aborted_partway};
+pub use fences::{newer_write_wins, purge_is_final_for_a_fenced_write};
+pub use persistent::{
+    corrupted_body_is_not_served, expired_object_is_a_miss, persistent_capacity_holds,
+    persistent_complete_objects_survive, persistent_expired_objects_are_misses,
+    persistent_purge_is_final,
+};
 pub use ranges::{bad_ranges, range_read_complete, range_read_partial};
 pub use readers::{
     many_concurrent_readers, partial_read_while_writing, purge_complete_object, purge_during_read,
@@ -52,6 +64,10 @@ pub use readers::{
     waiting_readers_woken_by_every_event,
 };
 pub use sweeps::{cancel_sweep_purge, cancel_sweep_read, cancel_sweep_write};
+pub use waits::{
+    range_end_one_past_length, range_reader_sees_abort, seek_waiting_is_woken,
+    source_reader_sees_abort,
+};
 pub use writers::{concurrent_writers_one_key, replacing_an_object};
 
 use crate::report::{CaseError, CaseResult, Outcome, Report};
@@ -78,6 +94,38 @@ pub struct Settings {
     pub max_streamed_limit: u64,
     /// Bound on the polls of one cancellation sweep (default 500).
     pub max_sweep_polls: usize,
+    /// How to open a second instance of a storage on the same place (see
+    /// [`Settings::reopen`]); needed by the cases of backends that declare `persistent`.
+    pub reopen: Option<Reopen>,
+    /// How to damage the stored bodies behind the backend's back (see [`Settings::damage`]);
+    /// needed by `corrupted_body_is_not_served`.
+    pub damage: Option<Damage>,
+}
+
+/// A type-erased damage hook (see [`Settings::damage`]).
+#[derive(Clone)]
+pub struct Damage(Arc<ErasedDamage>);
+
+type ErasedDamage =
+    dyn Fn(&(dyn Any + Send + Sync)) -> Option<BoxFuture<'static, ()>> + Send + Sync;
+
+impl std::fmt::Debug for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Damage(..)")
+    }
+}
+
+/// A type-erased reopen hook (see [`Settings::reopen`]).
+#[derive(Clone)]
+pub struct Reopen(Arc<ErasedReopen>);
+
+type ErasedReopen =
+    dyn Fn(&(dyn Any + Send + Sync)) -> Option<BoxFuture<'static, Arc<dyn Storage>>> + Send + Sync;
+
+impl std::fmt::Debug for Reopen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reopen(..)")
+    }
 }
 
 impl Default for Settings {
@@ -90,6 +138,8 @@ impl Default for Settings {
             readers: 16,
             max_streamed_limit: 8 << 20,
             max_sweep_polls: 500,
+            reopen: None,
+            damage: None,
         }
     }
 }
@@ -124,6 +174,41 @@ impl Settings {
         self.readers = readers.max(2);
         self
     }
+
+    /// How to damage what the backend stored, as bit rot or a torn write would: flip at least
+    /// one byte in the middle of every stored body (not its metadata). The
+    /// `corrupted_body_is_not_served` case then requires that the body is served byte-exact or
+    /// not at all (never other bytes followed by a clean end); without a hook it is skipped.
+    pub fn damage<S, Fut>(mut self, damage: impl Fn(&S) -> Fut + Send + Sync + 'static) -> Self
+    where
+        S: Storage,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.damage = Some(Damage(Arc::new(
+            move |storage: &(dyn Any + Send + Sync)| {
+                let storage = storage.downcast_ref::<S>()?;
+                Some(damage(storage).boxed())
+            },
+        )));
+        self
+    }
+
+    /// How to open the backend again on the same place (directory, database...), as a restart
+    /// would: `reopen(&old)` returns a new instance; the case stops using the old one (it is
+    /// dropped after the new one). A backend that declares `persistent` must be given this: its
+    /// persistent cases fail without it (a claim of persistence is checked, not trusted).
+    pub fn reopen<S, Fut>(mut self, reopen: impl Fn(&S) -> Fut + Send + Sync + 'static) -> Self
+    where
+        S: Storage,
+        Fut: Future<Output = S> + Send + 'static,
+    {
+        self.reopen = Some(Reopen(Arc::new(move |old: &(dyn Any + Send + Sync)| {
+            let old = old.downcast_ref::<S>()?;
+            let reopened = reopen(old);
+            Some(async move { Arc::new(reopened.await) as Arc<dyn Storage> }.boxed())
+        })));
+        self
+    }
 }
 
 /// A capability a case needs (see [`Capabilities`]).
@@ -135,6 +220,10 @@ pub enum Need {
     RangeReads,
     /// The backend declares a `max_object_size`.
     SizeLimit,
+    /// Complete objects survive a restart (`persistent`).
+    Persistent,
+    /// `ObjectMeta::expires_at` is honoured (`expiry`).
+    Expiry,
 }
 
 /// What a case works with: a fresh storage, its capabilities, the settings, and its own name
@@ -145,6 +234,8 @@ pub struct Ctx {
     storage: Arc<dyn Storage>,
     capabilities: Capabilities,
     settings: Settings,
+    /// The storage as the concrete type the reopen hook takes.
+    typed: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -165,7 +256,40 @@ impl Ctx {
             capabilities: storage.capabilities(),
             storage,
             settings,
+            typed: None,
         }
+    }
+
+    /// A context whose storage can be reopened with [`Settings::reopen`].
+    pub fn reopenable<S: Storage>(case: &'static str, storage: S, settings: Settings) -> Self {
+        let storage = Arc::new(storage);
+        let mut ctx = Ctx::new(case, Arc::clone(&storage) as Arc<dyn Storage>, settings);
+        ctx.typed = Some(storage as Arc<dyn Any + Send + Sync>);
+        ctx
+    }
+
+    /// Open the storage again on the same place (see [`Settings::reopen`]): the same case with
+    /// the new instance, and the old instance, which the caller drops after the new one. Fails
+    /// the case if no hook was given or it does not take this storage's type.
+    ///
+    /// Cancel safety: dropping it drops the half-opened instance.
+    pub async fn reopen(&self) -> Result<(Ctx, Arc<dyn Storage>), CaseError> {
+        let (Some(hook), Some(typed)) = (&self.settings.reopen, &self.typed) else {
+            return Err(self.failure(
+                "a reopen hook (Settings::reopen) for a backend that declares `persistent`",
+                "none given: persistence cannot be checked",
+            ));
+        };
+        let Some(reopening) = (hook.0)(&**typed) else {
+            return Err(self.failure(
+                "the reopen hook to take this storage's type",
+                "it takes another type",
+            ));
+        };
+        let reopened = self.step("reopen the storage", reopening).await?;
+        let mut ctx = Ctx::new(self.case, reopened, self.settings.clone());
+        ctx.typed = None;
+        Ok((ctx, Arc::clone(&self.storage)))
     }
 
     /// The same case, against another storage (the fault cases wrap the given one).
@@ -193,12 +317,30 @@ impl Ctx {
         &self.settings
     }
 
+    /// Damage the stored bodies with the [`Settings::damage`] hook; `Err(Skipped)` without one.
+    ///
+    /// Cancel safety: as the hook's future.
+    pub async fn damage(&self) -> CaseResult {
+        let (Some(hook), Some(typed)) = (&self.settings.damage, &self.typed) else {
+            return Err(self.skip("no damage hook given (Settings::damage)"));
+        };
+        let Some(damaging) = (hook.0)(&**typed) else {
+            return Err(self.failure(
+                "the damage hook to take this storage's type",
+                "it takes another type",
+            ));
+        };
+        self.step("damage the stored bodies", damaging).await
+    }
+
     /// Whether the storage declares `need`.
     pub fn has(&self, need: Need) -> bool {
         match need {
             Need::PartialReads => self.capabilities.partial_reads,
             Need::RangeReads => self.capabilities.range_reads,
             Need::SizeLimit => self.capabilities.max_object_size.is_some(),
+            Need::Persistent => self.capabilities.persistent,
+            Need::Expiry => self.capabilities.expiry,
         }
     }
 
@@ -211,6 +353,8 @@ impl Ctx {
             Need::PartialReads => "partial_reads",
             Need::RangeReads => "range_reads",
             Need::SizeLimit => "max_object_size",
+            Need::Persistent => "persistent",
+            Need::Expiry => "expiry",
         };
         Err(self.skip(format!("needs the {capability} capability")))
     }
@@ -286,6 +430,18 @@ case_table!(
     fault_failed_write,
     fault_failed_finish,
     fault_stream_aborted_partway,
+    purge_is_final_for_a_fenced_write,
+    newer_write_wins,
+    seek_waiting_is_woken,
+    range_reader_sees_abort,
+    range_end_one_past_length,
+    source_reader_sees_abort,
+    expired_object_is_a_miss,
+    persistent_complete_objects_survive,
+    persistent_purge_is_final,
+    persistent_capacity_holds,
+    persistent_expired_objects_are_misses,
+    corrupted_body_is_not_served,
 );
 
 /// The storage suite over a factory of fresh storages.
@@ -335,7 +491,7 @@ where
             hung: "it hung (a storage call, a read or a wake-up never completed)",
         };
         self.run_one(case, limits, |storage| {
-            Ctx::new(case.name, Arc::new(storage), settings.clone())
+            Ctx::reopenable(case.name, storage, settings.clone())
         })
         .await
     }

@@ -12,8 +12,9 @@ use std::task::{Context, Poll, Waker};
 use async_trait::async_trait;
 use bytes::Bytes;
 use stream_cache::{
-    AbortReason, BodyError, BodyReader, BodySource, BodyWriter, ByteRange, CacheKey, Capabilities,
-    Hit, ObjectMeta, Storage, StorageError, WriteError, WriteState,
+    AbortReason, Admission, BodyError, BodyReader, BodySource, BodyWriter, ByteRange, CacheKey,
+    Capabilities, FenceTable, Hit, ObjectMeta, Storage, StorageError, WriteError, WriteFence,
+    WriteState,
 };
 
 /// One realistic bug each.
@@ -37,6 +38,24 @@ pub enum Bug {
     FinishIgnoresLength,
     /// Dropping a writer schedules its abort on a reaper task instead of applying it in `Drop`.
     DropNoticedLater,
+    /// `begin_write_fenced` ignores purges made after the fence was taken: a purge is undone
+    /// by a fill that was already running.
+    PurgeUndoneByOlderWrite,
+    /// `begin_write_fenced` ignores newer writes made visible after the fence was taken: an
+    /// older write replaces a newer one.
+    OlderWriteReplacesNewer,
+    /// A `seek` that must wait for its start returns `Pending` without registering its waker.
+    SeekNeverRegistersWaker,
+    /// An abort is reported as a clean end, but only to readers that have a byte range.
+    AbortAsCleanEndForRanges,
+    /// A range whose end is one past the final length of a partial body that completes is
+    /// treated as satisfiable (an off-by-one in the completion check).
+    RangeEndOnePastSatisfiable,
+    /// Readers opened through `BodyWriter::source` (the followers of `StreamCache`) report an
+    /// abort as a clean end.
+    SourceReaderAbortAsCleanEnd,
+    /// A checksum is stored at `finish` but never compared when the body is read.
+    ChecksumNotVerified,
 }
 
 /// Largest chunk one read returns.
@@ -57,6 +76,15 @@ struct BodyState {
     waiters: Vec<Waker>,
     /// The shared read position of `Bug::SharedReadPosition`.
     shared_pos: u64,
+    /// A checksum of the bytes, taken at `finish` and verified at the end of every read.
+    sum: Option<u64>,
+}
+
+fn checksum(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl BodyState {
@@ -118,16 +146,29 @@ struct Current {
 pub struct BuggyStorage {
     bug: Bug,
     index: Arc<Mutex<HashMap<CacheKey, Current>>>,
+    fences: FenceTable,
     next_id: Arc<AtomicU64>,
     max_object_size: u64,
 }
 
 impl BuggyStorage {
+    /// Bit rot: flip one byte in the middle of every stored body (the conformance damage hook).
+    pub fn damage(&self) {
+        for current in self.index.lock().unwrap().values() {
+            let mut state = current.body.state.lock().unwrap();
+            let middle = state.bytes.len() / 2;
+            if let Some(byte) = state.bytes.get_mut(middle) {
+                *byte ^= 0x20;
+            }
+        }
+    }
+
     /// An empty storage with `bug`, accepting objects of up to `max_object_size` bytes.
     pub fn new(bug: Bug, max_object_size: u64) -> Self {
         BuggyStorage {
             bug,
             index: Arc::default(),
+            fences: FenceTable::new(),
             next_id: Arc::default(),
             max_object_size,
         }
@@ -173,11 +214,19 @@ impl Storage for BuggyStorage {
         }))
     }
 
-    async fn begin_write(
+    fn fence(&self, key: &CacheKey) -> WriteFence {
+        self.fences.fence(key)
+    }
+
+    async fn begin_write_fenced(
         &self,
         key: &CacheKey,
         meta: ObjectMeta,
+        fence: WriteFence,
     ) -> Result<Box<dyn BodyWriter>, StorageError> {
+        if !self.fences.issued(&fence, key) {
+            return Err(StorageError::ForeignFence);
+        }
         if let Some(declared) = meta.expected_len
             && declared > self.max_object_size
         {
@@ -192,26 +241,43 @@ impl Storage for BuggyStorage {
         });
         body.state.lock().unwrap().expected_len = meta.expected_len;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        // RULE: a new write replaces the key's object; readers of the old one keep their body.
-        self.index.lock().unwrap().insert(
-            key.clone(),
-            Current {
-                id,
-                meta,
-                body: Arc::clone(&body),
-            },
-        );
+        // RULE: a new write replaces the key's object (readers of the old one keep their body),
+        // unless its fence says a purge or a newer write came after it started.
+        let mut index = self.index.lock().unwrap();
+        let admission = match (self.fences.admit(&fence), self.bug) {
+            (Admission::Purged, Bug::PurgeUndoneByOlderWrite)
+            | (Admission::Superseded, Bug::OlderWriteReplacesNewer) => Admission::Admitted,
+            (admission, _) => admission,
+        };
+        match admission {
+            Admission::Admitted => {
+                index.insert(
+                    key.clone(),
+                    Current {
+                        id,
+                        meta,
+                        body: Arc::clone(&body),
+                    },
+                );
+            }
+            Admission::Superseded => {}
+            Admission::Purged => {
+                body.abort(AbortReason::Purged);
+            }
+        }
+        drop(index);
         Ok(Box::new(BuggyWriter {
             storage: self.clone(),
             key: key.clone(),
             id,
             body,
-            done: false,
+            done: admission == Admission::Purged,
         }))
     }
 
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
         let mut index = self.index.lock().unwrap();
+        self.fences.purge(key);
         let Some(current) = index.remove(key) else {
             return Ok(false);
         };
@@ -288,6 +354,7 @@ impl BodyWriter for BuggyWriter {
                 }),
                 _ => {
                     state.end = Some(Ok(()));
+                    state.sum = Some(checksum(&state.bytes));
                     Ok(len)
                 }
             }
@@ -335,7 +402,9 @@ struct BuggySource(Arc<Body>);
 
 impl BodySource for BuggySource {
     fn open(&self) -> Box<dyn BodyReader> {
-        Box::new(BuggyReader::new(Arc::clone(&self.0)))
+        let mut reader = BuggyReader::new(Arc::clone(&self.0));
+        reader.from_source = true;
+        Box::new(reader)
     }
 
     fn state(&self) -> WriteState {
@@ -351,6 +420,8 @@ struct BuggyReader {
     body: Arc<Body>,
     pos: u64,
     end: Option<u64>,
+    /// Opened through `BodyWriter::source`.
+    from_source: bool,
 }
 
 impl BuggyReader {
@@ -359,6 +430,7 @@ impl BuggyReader {
             body,
             pos: 0,
             end: None,
+            from_source: false,
         }
     }
 
@@ -380,13 +452,35 @@ impl BuggyReader {
             }
             // RULE: after an abort, every written byte and then the error, every time.
             Some(Err(_)) if self.body.bug == Bug::AbortAsCleanEnd => Poll::Ready(Ok(None)),
+            Some(Err(_))
+                if self.body.bug == Bug::AbortAsCleanEndForRanges && self.end.is_some() =>
+            {
+                Poll::Ready(Ok(None))
+            }
+            Some(Err(_))
+                if self.body.bug == Bug::SourceReaderAbortAsCleanEnd && self.from_source =>
+            {
+                Poll::Ready(Ok(None))
+            }
             Some(Err(reason)) => Poll::Ready(Err(BodyError::Aborted(reason.clone()))),
             Some(Ok(())) => match self.end {
-                Some(end) if end > len => Poll::Ready(Err(BodyError::RangeNotSatisfiable {
-                    start: self.pos,
-                    end: Some(end),
-                    len,
-                })),
+                Some(end)
+                    if end > len
+                        && !(self.body.bug == Bug::RangeEndOnePastSatisfiable
+                            && end == len + 1) =>
+                {
+                    Poll::Ready(Err(BodyError::RangeNotSatisfiable {
+                        start: self.pos,
+                        end: Some(end),
+                        len,
+                    }))
+                }
+                // RULE: a stored checksum is verified before the clean end.
+                _ if self.body.bug != Bug::ChecksumNotVerified
+                    && state.sum.is_some_and(|sum| sum != checksum(&state.bytes)) =>
+                {
+                    Poll::Ready(Err(BodyError::Aborted(AbortReason::Corrupt)))
+                }
                 _ => Poll::Ready(Ok(None)),
             },
         }
@@ -415,7 +509,9 @@ impl BuggyReader {
         if range.start > len {
             return match &state.end {
                 None => {
-                    state.wait(cx.waker(), self.body.bug);
+                    if self.body.bug != Bug::SeekNeverRegistersWaker {
+                        state.wait(cx.waker(), self.body.bug);
+                    }
                     Poll::Pending
                 }
                 Some(Err(reason)) => Poll::Ready(Err(BodyError::Aborted(reason.clone()))),

@@ -63,9 +63,11 @@ pub async fn backend(kind: Kind, max_object_size: Option<u64>) -> Backend {
         },
         Kind::Disk => {
             let dir = TempDir::new();
-            let storage = DiskStorage::open_with_limit(dir.path(), max_object_size)
-                .await
-                .expect("open disk storage");
+            let mut builder = DiskStorage::builder(dir.path(), 1 << 30);
+            if let Some(limit) = max_object_size {
+                builder = builder.max_object_size(limit);
+            }
+            let storage = builder.open().await.expect("open disk storage");
             Backend {
                 storage: Arc::new(storage),
                 kind,
