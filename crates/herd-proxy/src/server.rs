@@ -635,7 +635,20 @@ impl Inner {
             WriteState::Complete(len) => Some(len),
             _ => None,
         });
+        // If-Range (RFC 9110 13.1.5): the range only applies to the representation the client
+        // has, so a resumed download never splices two versions of a body.
+        let same_representation = match parts.headers.get(header::IF_RANGE) {
+            None => true,
+            Some(wanted) if wanted.as_bytes().starts_with(b"\"") => headers
+                .get(header::ETAG)
+                .is_some_and(|etag| etag.as_bytes() == wanted.as_bytes()),
+            // A date (or a weak tag, which never matches): exact Last-Modified only.
+            Some(wanted) => headers
+                .get(header::LAST_MODIFIED)
+                .is_some_and(|modified| modified.as_bytes() == wanted.as_bytes()),
+        };
         if head.status == StatusCode::OK
+            && same_representation
             && let Some(spec) = parts
                 .headers
                 .get(header::RANGE)

@@ -294,7 +294,10 @@ async fn ranges_from_complete_and_partial_bodies() {
         move |_, _| {
             let body = body_of(1000);
             vec![
-                Step::Send(head_len(1000, "")),
+                Step::Send(head_len(
+                    1000,
+                    "ETag: \"v1\"\r\nLast-Modified: Tue, 01 Dec 2026 10:00:00 GMT\r\n",
+                )),
                 Step::Send(body.slice(..600)),
                 Step::Wait(gate.clone()),
                 Step::Send(body.slice(600..)),
@@ -332,6 +335,26 @@ async fn ranges_from_complete_and_partial_bodies() {
         let response = send(proxy, range(ignored)).await;
         assert_eq!(response.status(), 200, "{ignored}");
         assert_eq!(read_body(response).await.unwrap(), body_of(1000));
+    }
+    // If-Range: the range applies only to the same representation.
+    let if_range = |validator: &str| {
+        get("/r")
+            .header("range", "bytes=0-9")
+            .header("if-range", validator)
+            .body(Empty::new())
+            .unwrap()
+    };
+    for (validator, status) in [
+        ("\"v1\"", 206),
+        ("Tue, 01 Dec 2026 10:00:00 GMT", 206),
+        ("\"v0\"", 200),
+        ("W/\"v1\"", 200),
+        ("Mon, 30 Nov 2026 10:00:00 GMT", 200),
+    ] {
+        let response = send(proxy, if_range(validator)).await;
+        assert_eq!(response.status(), status, "If-Range: {validator}");
+        let len = if status == 206 { 10 } else { 1000 };
+        assert_eq!(read_body(response).await.unwrap().len(), len);
     }
     assert_eq!(origin.requests(), 1);
 }
