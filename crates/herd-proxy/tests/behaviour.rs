@@ -684,3 +684,40 @@ async fn stale_if_error_serves_stale_when_the_origin_fails() {
         assert_eq!(origin.requests(), 2);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditional_requests_get_304_from_the_cache() {
+    let origin = Origin::start(whole(
+        100,
+        "ETag: \"abc\"\r\nLast-Modified: Tue, 01 Dec 2026 10:00:00 GMT\r\n",
+    ))
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let conditional =
+        |name: &str, value: &str| get("/c").header(name, value).body(Empty::new()).unwrap();
+    // On a miss too: the fill fetches the whole object (the condition is not forwarded).
+    let first = send(proxy, conditional("if-none-match", "\"abc\"")).await;
+    assert_eq!(first.status(), 304);
+    assert_eq!(first.headers()["etag"], "\"abc\"");
+    assert!(read_body(first).await.unwrap().is_empty());
+    assert!(
+        !origin.heads()[0]
+            .to_ascii_lowercase()
+            .contains("if-none-match")
+    );
+    for (name, value, status) in [
+        ("if-none-match", "W/\"abc\"", 304),
+        ("if-none-match", "\"x\", \"abc\"", 304),
+        ("if-none-match", "*", 304),
+        ("if-none-match", "\"other\"", 200),
+        ("if-modified-since", "Tue, 01 Dec 2026 10:00:00 GMT", 304),
+        ("if-modified-since", "Mon, 30 Nov 2026 10:00:00 GMT", 200),
+        ("if-modified-since", "not a date", 200),
+    ] {
+        let response = send(proxy, conditional(name, value)).await;
+        assert_eq!(response.status(), status, "{name}: {value}");
+        let len = if status == 200 { 100 } else { 0 };
+        assert_eq!(read_body(response).await.unwrap().len(), len);
+    }
+    assert_eq!(origin.requests(), 1);
+}
