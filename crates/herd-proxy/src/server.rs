@@ -209,6 +209,15 @@ impl Proxy {
 }
 
 impl Inner {
+    /// Answer one request. hyper drops this future when the client goes away; at each await:
+    /// - storage lookups: nothing changes;
+    /// - a stale refresh (`refresh`): a waiting request leaves the queue; the leading one hands
+    ///   the lead to the next waiter (coalesce's guard) and its origin request is dropped;
+    /// - `get_or_fill`: as documented there (the lead passes on before the write begins; once
+    ///   the body streams it is pumped by its own task and keeps filling for everyone else);
+    /// - a pass to the origin: the origin request is dropped;
+    /// - waiting for a range start or for a whole body (HTTP/1.0): only this client's reader is
+    ///   dropped.
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<RespBody> {
         let start = Instant::now();
         let response = self.route(request).await;
