@@ -396,6 +396,9 @@ fn main() {
              URLs of 100 KB whose first fetch dies at 40 KB, 12 slow URLs (150 ms), 4 URLs of 2 MiB; \
              every tenth client hangs up after its first chunk."
         );
+        // A discarded round first: the first round in a fresh process pays its cold start
+        // (thread and allocator warm-up, page faults) in its TTFB, whichever proxy it runs.
+        let _ = run("warm-up", Arc::new(MemStorage::new(256 << 20))).await;
         let herd = run("herd", Arc::new(MemStorage::new(256 << 20))).await;
         print_table(&herd);
         let naive = run("naive (pingora-style storage: a dead writer reads as end of body)", Arc::new(NaiveStorage(MemStorage::new(256 << 20)))).await;

@@ -22,7 +22,7 @@ fn system_millis() -> u64 {
 }
 
 impl Clock {
-    /// The system clock, refreshed every 100 ms by a task that [`Clock::start`] spawns (so a
+    /// The system clock, refreshed every 100 ms by a task the proxy spawns when it serves (so a
     /// freshness decision may be up to 100 ms late).
     pub fn system() -> Self {
         Clock {

@@ -22,8 +22,11 @@
 //!   once complete, with a `Content-Length` (or a 502 if it failed before).
 //! - `Range` (one range) is served as 206 from stored and still-arriving bodies whose length is
 //!   known (`Content-Length` from the origin, or complete); 416 past the end; an unparsable or
-//!   multi-range header, or a range on a body of still-unknown length, gets the whole body (RFC
-//!   9110 lets a server ignore `Range`).
+//!   multi-range header, a range on a body of still-unknown length, or an `If-Range` that does
+//!   not match the stored `ETag` (strong) / `Last-Modified` gets the whole body (RFC 9110 lets a
+//!   server ignore `Range`; a resumed download never splices two versions).
+//! - A client's `If-None-Match` (weak comparison) or `If-Modified-Since` is evaluated against
+//!   the stored 200: 304 when it matches. Fills never forward conditionals.
 //! - `PURGE` removes every stored variant of a URL (both methods, all coding classes) and aborts
 //!   a body still being written; it needs the configured token in `X-Purge-Token` (403 otherwise,
 //!   and always when no token is configured).

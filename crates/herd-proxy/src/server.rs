@@ -209,6 +209,15 @@ impl Proxy {
 }
 
 impl Inner {
+    /// Answer one request. hyper drops this future when the client goes away; at each await:
+    /// - storage lookups: nothing changes;
+    /// - a stale refresh (`refresh`): a waiting request leaves the queue; the leading one hands
+    ///   the lead to the next waiter (coalesce's guard) and its origin request is dropped;
+    /// - `get_or_fill`: as documented there (the lead passes on before the write begins; once
+    ///   the body streams it is pumped by its own task and keeps filling for everyone else);
+    /// - a pass to the origin: the origin request is dropped;
+    /// - waiting for a range start or for a whole body (HTTP/1.0): only this client's reader is
+    ///   dropped.
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<RespBody> {
         let start = Instant::now();
         let response = self.route(request).await;
@@ -627,6 +636,29 @@ impl Inner {
         headers.insert(CACHE_STATUS_HEADER, found.header());
         let mut response = Response::new(empty_body());
         *response.status_mut() = head.status;
+        if head.status == StatusCode::OK && not_modified(&parts.headers, &headers) {
+            // The client has this representation (RFC 9110 13.1.1/13.1.3, evaluated against the
+            // stored response as a cache may): 304 with the validator and caching headers.
+            let mut kept = HeaderMap::new();
+            for name in [
+                header::CACHE_CONTROL,
+                header::CONTENT_LOCATION,
+                header::DATE,
+                header::ETAG,
+                header::EXPIRES,
+                header::VARY,
+                header::LAST_MODIFIED,
+                header::AGE,
+            ] {
+                for value in headers.get_all(&name) {
+                    kept.append(name.clone(), value.clone());
+                }
+            }
+            kept.insert(CACHE_STATUS_HEADER, found.header());
+            *response.headers_mut() = kept;
+            *response.status_mut() = StatusCode::NOT_MODIFIED;
+            return response;
+        }
         if parts.method == Method::HEAD || matches!(head.status.as_u16(), 204 | 304) {
             *response.headers_mut() = headers;
             return response;
@@ -635,7 +667,20 @@ impl Inner {
             WriteState::Complete(len) => Some(len),
             _ => None,
         });
+        // If-Range (RFC 9110 13.1.5): the range only applies to the representation the client
+        // has, so a resumed download never splices two versions of a body.
+        let same_representation = match parts.headers.get(header::IF_RANGE) {
+            None => true,
+            Some(wanted) if wanted.as_bytes().starts_with(b"\"") => headers
+                .get(header::ETAG)
+                .is_some_and(|etag| etag.as_bytes() == wanted.as_bytes()),
+            // A date (or a weak tag, which never matches): exact Last-Modified only.
+            Some(wanted) => headers
+                .get(header::LAST_MODIFIED)
+                .is_some_and(|modified| modified.as_bytes() == wanted.as_bytes()),
+        };
         if head.status == StatusCode::OK
+            && same_representation
             && let Some(spec) = parts
                 .headers
                 .get(header::RANGE)
@@ -745,6 +790,37 @@ impl Inner {
             Box::new(error) as Box<dyn std::error::Error + Send + Sync>
         })
         .boxed_unsync()
+    }
+}
+
+/// Whether a `GET`/`HEAD` with these request headers is answered 304 by a stored 200 with
+/// `stored` headers: `If-None-Match` (weak comparison, `*` matches) when present, else
+/// `If-Modified-Since` against `Last-Modified`.
+fn not_modified(request: &HeaderMap, stored: &HeaderMap) -> bool {
+    let opaque = |tag: &str| tag.trim().trim_start_matches("W/").to_owned();
+    let if_none_match: Vec<&HeaderValue> = request.get_all(header::IF_NONE_MATCH).iter().collect();
+    if !if_none_match.is_empty() {
+        let Some(etag) = stored.get(header::ETAG).and_then(|v| v.to_str().ok()) else {
+            return false;
+        };
+        let etag = opaque(etag);
+        return if_none_match
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|tag| tag.trim() == "*" || opaque(tag) == etag);
+    }
+    let date = |map: &HeaderMap, name| {
+        map.get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+            .and_then(|v| httpdate::parse_http_date(v.trim()).ok())
+    };
+    match (
+        date(request, header::IF_MODIFIED_SINCE),
+        date(stored, header::LAST_MODIFIED),
+    ) {
+        (Some(since), Some(modified)) => modified <= since,
+        _ => false,
     }
 }
 

@@ -294,7 +294,10 @@ async fn ranges_from_complete_and_partial_bodies() {
         move |_, _| {
             let body = body_of(1000);
             vec![
-                Step::Send(head_len(1000, "")),
+                Step::Send(head_len(
+                    1000,
+                    "ETag: \"v1\"\r\nLast-Modified: Tue, 01 Dec 2026 10:00:00 GMT\r\n",
+                )),
                 Step::Send(body.slice(..600)),
                 Step::Wait(gate.clone()),
                 Step::Send(body.slice(600..)),
@@ -332,6 +335,26 @@ async fn ranges_from_complete_and_partial_bodies() {
         let response = send(proxy, range(ignored)).await;
         assert_eq!(response.status(), 200, "{ignored}");
         assert_eq!(read_body(response).await.unwrap(), body_of(1000));
+    }
+    // If-Range: the range applies only to the same representation.
+    let if_range = |validator: &str| {
+        get("/r")
+            .header("range", "bytes=0-9")
+            .header("if-range", validator)
+            .body(Empty::new())
+            .unwrap()
+    };
+    for (validator, status) in [
+        ("\"v1\"", 206),
+        ("Tue, 01 Dec 2026 10:00:00 GMT", 206),
+        ("\"v0\"", 200),
+        ("W/\"v1\"", 200),
+        ("Mon, 30 Nov 2026 10:00:00 GMT", 200),
+    ] {
+        let response = send(proxy, if_range(validator)).await;
+        assert_eq!(response.status(), status, "If-Range: {validator}");
+        let len = if status == 206 { 10 } else { 1000 };
+        assert_eq!(read_body(response).await.unwrap().len(), len);
     }
     assert_eq!(origin.requests(), 1);
 }
@@ -664,4 +687,41 @@ async fn stale_if_error_serves_stale_when_the_origin_fails() {
         }
         assert_eq!(origin.requests(), 2);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditional_requests_get_304_from_the_cache() {
+    let origin = Origin::start(whole(
+        100,
+        "ETag: \"abc\"\r\nLast-Modified: Tue, 01 Dec 2026 10:00:00 GMT\r\n",
+    ))
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let conditional =
+        |name: &str, value: &str| get("/c").header(name, value).body(Empty::new()).unwrap();
+    // On a miss too: the fill fetches the whole object (the condition is not forwarded).
+    let first = send(proxy, conditional("if-none-match", "\"abc\"")).await;
+    assert_eq!(first.status(), 304);
+    assert_eq!(first.headers()["etag"], "\"abc\"");
+    assert!(read_body(first).await.unwrap().is_empty());
+    assert!(
+        !origin.heads()[0]
+            .to_ascii_lowercase()
+            .contains("if-none-match")
+    );
+    for (name, value, status) in [
+        ("if-none-match", "W/\"abc\"", 304),
+        ("if-none-match", "\"x\", \"abc\"", 304),
+        ("if-none-match", "*", 304),
+        ("if-none-match", "\"other\"", 200),
+        ("if-modified-since", "Tue, 01 Dec 2026 10:00:00 GMT", 304),
+        ("if-modified-since", "Mon, 30 Nov 2026 10:00:00 GMT", 200),
+        ("if-modified-since", "not a date", 200),
+    ] {
+        let response = send(proxy, conditional(name, value)).await;
+        assert_eq!(response.status(), status, "{name}: {value}");
+        let len = if status == 200 { 100 } else { 0 };
+        assert_eq!(read_body(response).await.unwrap().len(), len);
+    }
+    assert_eq!(origin.requests(), 1);
 }
