@@ -150,3 +150,9 @@ pub enum Joined<'g, K: Hash + Eq, V, E> {
     /// Another caller's flight ended; this is its outcome.
     Done(Result<V, FlightError<E>>),
 }
+
+/// The user guide's hyper-handler recipe (`docs/guide/http-handler.md`), compiled and run as a
+/// doc test so that it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide/http-handler.md")]
+pub struct HttpHandlerRecipe;
