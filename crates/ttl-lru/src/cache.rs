@@ -6,10 +6,13 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::builder::{CacheBuilder, split_capacity};
+use crate::budget::Budget;
+use crate::builder::CacheBuilder;
 use crate::clock::{ClockSource, duration_to_ms};
 use crate::error::InsertError;
-use crate::shard::{ErasedError, NEVER, Shard, ShardConfig, Stored, WriteMode, WriteOutcome};
+use crate::shard::{
+    ErasedError, NEVER, Shard, ShardConfig, Stored, Write, WriteMode, WriteOutcome,
+};
 use crate::stats::{CachePadded, FillCounters, Stats};
 use crate::tally::Tally;
 
@@ -50,6 +53,8 @@ pub(crate) struct Inner<K, V> {
     pub(crate) cfg: ShardConfig,
     /// Total capacity; the mutex serialises `set_capacity` calls.
     pub(crate) capacity: parking_lot::Mutex<u64>,
+    /// The capacity not in use, shared by the shards (`budget.rs`).
+    pub(crate) budget: Budget,
     pub(crate) default_ttl_ms: u64,
     pub(crate) negative_ttl_ms: u64,
     pub(crate) weigher: Option<Weigher<K, V>>,
@@ -218,7 +223,7 @@ where
     ) -> Result<bool, InsertError> {
         let hash = self.hash(&key);
         let weight = self.weigh(&key, &value);
-        let out = self.shard(hash).write(
+        let first = self.shard(hash).write(
             hash,
             key,
             Stored::Value(value),
@@ -227,11 +232,43 @@ where
             now,
             &self.inner.cfg,
             mode,
-        )?;
+        );
+        let out = self.settle_write(hash, first, expires_at, weight, now, mode)?;
         if out == WriteOutcome::Fenced {
             self.inner.fills.fenced.incr();
         }
         Ok(out == WriteOutcome::Stored)
+    }
+
+    /// Finishes a shard's write: if its shard had nothing left to evict for it (all of a full
+    /// cache's entries sit in other shards), evicts from the other shards and writes again.
+    pub(crate) fn settle_write(
+        &self,
+        hash: u64,
+        mut write: Result<Write<K, V>, InsertError>,
+        expires_at: u64,
+        weight: u64,
+        now: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome, InsertError> {
+        loop {
+            match write? {
+                Write::Done(out) => return Ok(out),
+                Write::NoRoom { key, stored, short } => {
+                    self.inner.evict_elsewhere(hash, short, now);
+                    write = self.shard(hash).write(
+                        hash,
+                        key,
+                        stored,
+                        expires_at,
+                        weight,
+                        now,
+                        &self.inner.cfg,
+                        mode,
+                    );
+                }
+            }
+        }
     }
 
     /// The value if present and within its TTL. The hit path: a shard read lock (one swap on
@@ -347,8 +384,9 @@ where
         *self.inner.capacity.lock()
     }
 
-    /// Changes the capacity. When shrinking, evicts down to the new bound before returning.
-    /// Returns the number of entries evicted.
+    /// Changes the capacity. When shrinking, evicts down to the new bound before returning
+    /// (from every shard, by each shard's eviction policy); afterwards the cache holds up to
+    /// `capacity` entries, however many shards it has. Returns the number of entries evicted.
     pub fn set_capacity(&self, capacity: u64) -> usize {
         self.inner.set_capacity(capacity)
     }
@@ -419,22 +457,61 @@ where
 {
     #[inline]
     pub(crate) fn shard(&self, hash: u64) -> &Shard<K, V> {
-        // Bits 24..56: clear of hashbrown's bucket bits (low) and tag bits (top 7).
-        let n = self.shards.len() as u64;
-        let idx = (((hash >> 24) & 0xFFFF_FFFF) * n) >> 32;
-        &self.shards[idx as usize]
+        &self.shards[self.shard_index(hash)]
     }
 
+    #[inline]
+    fn shard_index(&self, hash: u64) -> usize {
+        // Bits 24..56: clear of hashbrown's bucket bits (low) and tag bits (top 7).
+        let n = self.shards.len() as u64;
+        ((((hash >> 24) & 0xFFFF_FFFF) * n) >> 32) as usize
+    }
+
+    /// Sets the capacity; when it shrinks, evicts (a share from every shard per round, by each
+    /// shard's policy) until the budget is out of debt.
     pub(crate) fn set_capacity(&self, capacity: u64) -> usize {
         let mut total = self.capacity.lock();
-        *total = capacity;
+        let old = std::mem::replace(&mut *total, capacity);
+        for s in self.shards.iter() {
+            s.set_limit(capacity);
+        }
+        self.budget.resize(old, capacity);
         let now = self.clock.now_ms();
-        let parts = split_capacity(capacity, self.shards.len());
-        self.shards
-            .iter()
-            .zip(parts)
-            .map(|(s, cap)| s.set_capacity(cap, now, &self.cfg))
-            .sum()
+        let mut evicted = 0;
+        while self.budget.free() < 0 {
+            let debt = self.budget.free().unsigned_abs() as usize;
+            let share = debt.div_ceil(self.shards.len());
+            let mut round = 0;
+            for s in self.shards.iter() {
+                if self.budget.free() >= 0 {
+                    break;
+                }
+                round += s.evict_for_budget(share, now, &self.cfg);
+            }
+            evicted += round;
+            if round == 0 {
+                // Every shard was empty when visited. Credit is only held under a shard's lock
+                // and none can be taken while in debt, so this cannot happen; stop rather than
+                // spin if it ever did.
+                break;
+            }
+        }
+        drop(total);
+        evicted
+    }
+
+    /// Makes `short` units of room for a write to `hash`'s shard by evicting from the shards
+    /// after it (that shard had nothing left to evict).
+    pub(crate) fn evict_elsewhere(&self, hash: u64, short: u64, now: u64) {
+        let home = self.shard_index(hash);
+        let n = self.shards.len();
+        let mut freed = 0;
+        for step in 1..=n {
+            if freed >= short {
+                break;
+            }
+            freed += self.shards[(home + step) % n].evict_weight(short - freed, now, &self.cfg);
+        }
     }
 
     pub(crate) fn clear(&self) -> usize {

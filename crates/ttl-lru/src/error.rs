@@ -6,14 +6,14 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum InsertError {
-    /// The entry's weight exceeds what its shard may hold (`capacity / shards`, so with one
-    /// shard the whole capacity; with capacity 0 every entry is too heavy). Any previous entry for
-    /// the key was removed, since it no longer holds the latest value.
-    #[error("entry weight {weight} exceeds the shard capacity {limit} (capacity / shards)")]
+    /// The entry's weight exceeds the cache's capacity (with capacity 0 every entry is too
+    /// heavy). Any previous entry for the key was removed, since it no longer holds the latest
+    /// value.
+    #[error("entry weight {weight} exceeds the cache capacity {limit}")]
     TooHeavy {
         /// The weigher's verdict (at least 1).
         weight: u64,
-        /// The most this entry's shard can hold.
+        /// The cache's capacity.
         limit: u64,
     },
 }

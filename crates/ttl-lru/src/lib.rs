@@ -46,8 +46,13 @@
 //!   adjacent entries from a random start (as Redis's `dictGetSomeKeys` walks adjacent buckets:
 //!   a few cache lines instead of `k` misses), keeps a Redis-style pool of the best candidates
 //!   across evictions, takes an already-expired sample at once, and puts a new key's value in its
-//!   victim's place. O(k) at any size; nothing on the insert path walks the map. Capacity is split
-//!   evenly over shards and holds after every insert.
+//!   victim's place. O(k) at any size; nothing on the insert path walks the map.
+//! - **Capacity** is one budget for the whole cache, not a share per shard: a cache of capacity
+//!   N holds N entries (or N units of weight, one entry up to all of it) however its keys hash,
+//!   at build time and after any [`Cache::set_capacity`], and the bound holds after every
+//!   insert. A write that grows the cache takes from the shared budget (one compare-and-swap)
+//!   and a removal gives back; in a full cache an insert evicts in its own shard and writes no
+//!   shared word (if that shard holds nothing, it evicts from the next ones).
 //! - **Hits** take the shard's read lock (one atomic swap on a cache line of this thread's own,
 //!   not a read-modify-write of a lock word every reader shares), store a relaxed recency stamp
 //!   (only when the recorded one is older than [`CacheBuilder::recency_resolution`], so
@@ -66,6 +71,7 @@
 //! still coalesces and returns values); a TTL of 0 stores nothing unless a stale window is set.
 
 mod admission;
+mod budget;
 mod builder;
 mod cache;
 mod clock;

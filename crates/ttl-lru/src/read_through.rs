@@ -426,7 +426,7 @@ where
                 let erased: ErasedError = Arc::new(error);
                 let neg = self.inner.negative_ttl_ms;
                 let cached_until = (neg > 0).then(|| now.saturating_add(neg));
-                let _ = self.shard(hash).write_error(
+                let first = self.shard(hash).write_error(
                     hash,
                     leader.key().clone(),
                     Arc::clone(&erased),
@@ -436,6 +436,8 @@ where
                     &self.inner.cfg,
                     WriteMode::Fenced(fence),
                 );
+                let until = cached_until.unwrap_or(now);
+                let _ = self.settle_write(hash, first, until, 1, now, WriteMode::Fenced(fence));
                 let _ = leader.finish(Err(Arc::clone(&erased)));
                 Err(erased_to_fetch_error(erased))
             }
@@ -503,7 +505,9 @@ where
                         Joined::Done(_) => return,
                     };
                     // Led a new flight after the open one stored its value: nothing to refresh.
-                    let stored = cache.shard(hash).peek_fresh(hash, leader.key(), cache.now());
+                    let stored = cache
+                        .shard(hash)
+                        .peek_fresh(hash, leader.key(), cache.now());
                     if let Some(value) = stored {
                         let _ = leader.finish(Ok(value));
                         return;

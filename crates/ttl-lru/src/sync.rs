@@ -7,10 +7,10 @@
 //! instructions in the models as in production.
 
 #[cfg(not(herd_loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 #[cfg(herd_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// A zero whose first value is itself a sequentially consistent store. Free outside loom;
 /// under loom it matters: loom lets a `SeqCst` load skip a newer `SeqCst` store only in favour
