@@ -198,6 +198,9 @@ where
     /// Stores like [`insert`](Self::insert), unless the key was removed, inserted, invalidated or
     /// cleared after `fence` was taken (then returns `Ok(false)` and stores nothing): a value
     /// fetched before an invalidation never lands after it. Does not fence other writers.
+    /// Writes of other keys do not count, unless more of them went to the key's shard since
+    /// `fence` than the shard remembers (64 to 1,024, by its share of the capacity): then the
+    /// write is dropped too, conservatively.
     ///
     /// # Errors
     /// As [`insert`](Self::insert).
@@ -548,4 +551,114 @@ where
     pub(crate) fn weight(&self) -> u64 {
         self.shards.iter().map(Shard::weight).sum()
     }
+}
+
+/// What a hit writes, checked through the logging atomics of test builds (`atomic.rs`): the
+/// invariant "a hit writes nothing another thread's hits write" as a test that fails if a
+/// shared write is added to the default hit path (issue 17).
+#[cfg(all(test, not(herd_loom)))]
+mod tests {
+    use super::*;
+    use crate::admission::Admission;
+    use crate::atomic::writes_during;
+    use crate::clock::ManualClock;
+
+    /// The addresses of this thread's own counter stripe of `c` (its lock mark and counters).
+    fn own_line(c: &Cache<u64, u64>) -> std::ops::Range<usize> {
+        let me = c.inner.tally.mine().expect("this thread has a stripe");
+        let at = std::ptr::from_ref(me) as usize;
+        at..at + std::mem::size_of_val(me)
+    }
+
+    fn shared_writes(c: &Cache<u64, u64>, writes: &[usize]) -> Vec<usize> {
+        let own = own_line(c);
+        writes
+            .iter()
+            .copied()
+            .filter(|a| !own.contains(a))
+            .collect()
+    }
+
+    fn filled(admission: Admission, clock: &ManualClock) -> Cache<u64, u64> {
+        let c: Cache<u64, u64> = Cache::builder(1000)
+            .shards(1)
+            .admission(admission)
+            .clock(clock.clone())
+            .build();
+        for k in 0..100 {
+            assert_eq!(c.insert(k, k, Duration::MAX), Ok(true));
+        }
+        c
+    }
+
+    #[test]
+    fn a_default_hit_writes_only_its_own_threads_line() {
+        let clock = ManualClock::new();
+        let c = filled(Admission::Always, &clock);
+        for k in 0..100 {
+            c.get(&k); // takes this thread's stripe
+        }
+        let ((), writes) = writes_during(|| {
+            for k in 0..100 {
+                assert_eq!(c.get(&k), Some(k));
+                assert!(c.lookup(&k).is_some());
+                let fill = || async { Ok::<u64, ()>(0) };
+                let hit =
+                    futures::executor::block_on(c.get_or_try_insert(k, |_| Duration::MAX, fill));
+                assert_eq!(hit.ok().map(|f| f.value), Some(k));
+            }
+        });
+        // Each hit takes and leaves its reader mark and counts itself: the log sees them.
+        assert!(writes.len() >= 600, "{} writes logged", writes.len());
+        assert_eq!(shared_writes(&c, &writes), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_hit_rewrites_its_recency_stamp_at_most_once_per_resolution() {
+        let clock = ManualClock::new();
+        let c = filled(Admission::Always, &clock);
+        c.get(&0);
+        clock.advance(DEFAULT_STAMP_AGE);
+        let ((), writes) = writes_during(|| {
+            for _ in 0..3 {
+                for k in 0..100 {
+                    assert_eq!(c.get(&k), Some(k));
+                }
+            }
+        });
+        let stamps = shared_writes(&c, &writes);
+        assert_eq!(stamps.len(), 100, "one stamp per entry, on its first hit");
+        let mut distinct = stamps.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 100);
+    }
+
+    /// With TinyLFU, a hit on a hot key (its counters saturated, its doorkeeper bit set) writes
+    /// one shared word: the shard's sketch record count, once per 64 lookups of a thread.
+    #[test]
+    fn a_tinylfu_hit_on_a_hot_key_adds_to_the_shared_record_count_once_per_64() {
+        let clock = ManualClock::new();
+        let c = filled(Admission::TinyLfu, &clock);
+        for _ in 0..30 {
+            for k in 0..64 {
+                c.get(&k);
+            }
+        }
+        let ((), writes) = writes_during(|| {
+            for _ in 0..10 {
+                for k in 0..64 {
+                    assert_eq!(c.get(&k), Some(k));
+                }
+            }
+        });
+        let shared = shared_writes(&c, &writes);
+        assert_eq!(shared.len(), 640 / 64, "{shared:?}");
+        assert!(
+            shared.iter().all(|&a| a == shared[0]),
+            "one word: {shared:?}"
+        );
+    }
+
+    const DEFAULT_STAMP_AGE: Duration = crate::builder::DEFAULT_RECENCY_RESOLUTION;
 }

@@ -39,8 +39,9 @@ pub struct CoarseClock {
 
 #[cfg(not(herd_loom))]
 mod ticker {
+    use crate::sync::Ordering;
+    use crate::sync::plain::AtomicU64;
     use std::sync::OnceLock;
-    use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
     /// Milliseconds since `ORIGIN`, plus one so that 0 never means "not started".
@@ -135,7 +136,7 @@ fn duration_to_ms_floor(d: Duration) -> u64 {
 /// milliseconds, so requests that share a millisecond are indistinguishable to the eviction policy.
 #[derive(Clone, Default)]
 pub struct ManualClock {
-    now: Arc<std::sync::atomic::AtomicU64>,
+    now: Arc<crate::sync::plain::AtomicU64>,
 }
 
 impl fmt::Debug for ManualClock {

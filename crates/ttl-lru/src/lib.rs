@@ -64,18 +64,24 @@
 //!   load instead of `Instant::now()`. Tests inject [`ManualClock`] or [`TokioClock`].
 //! - **Fills** live in a [`coalesce::Group`], never in the store: they take no capacity, and a
 //!   cancelled leader hands its flight to exactly one waiter. A fill stores its result only if its
-//!   key was not removed, inserted, invalidated or cleared since it started (a per-key-stripe fence).
+//!   key was not removed, inserted, invalidated or cleared since it started: a per-key fence,
+//!   so writes of other keys never cost a fill its publish (they did, until issue 17, when
+//!   their keys hashed to the same of 16 stripes per shard). Each shard remembers the keys of
+//!   its last 64 to 1,024 writes (its capacity share); a fill that outlived that many writes to
+//!   its shard is fenced conservatively.
 //! - **Named caches** register in [`registry`] (weakly) for listing, resizing, purging, shrinking.
 //!
 //! Edge cases: capacity 0 stores nothing (inserts fail with [`InsertError::TooHeavy`], read-through
 //! still coalesces and returns values); a TTL of 0 stores nothing unless a stale window is set.
 
 mod admission;
+mod atomic;
 mod budget;
 mod builder;
 mod cache;
 mod clock;
 mod error;
+mod fence;
 mod pool;
 mod read_through;
 pub mod registry;

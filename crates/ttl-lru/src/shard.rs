@@ -29,9 +29,6 @@ pub(crate) type ErasedError = Arc<dyn Any + Send + Sync>;
 pub(crate) const NEVER: u64 = u64::MAX;
 /// Refresh-gate value while one refresh of the entry is running.
 const GATE_BUSY: u64 = u64::MAX;
-/// Invalidation fences per shard, selected by key hash: a remove fences only fills whose key hashes
-/// to the same stripe, so unrelated fills in the shard rarely lose their publish.
-pub(crate) const FENCE_STRIPES: usize = 16;
 
 /// What a write stores.
 pub(crate) enum Stored<V> {
@@ -101,9 +98,11 @@ pub(crate) enum Probe<V> {
 /// How a write interacts with the invalidation fence.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum WriteMode {
-    /// A direct write: bumps the key's fence, so older in-flight fills cannot overwrite it.
+    /// A direct write: records the key in the shard's write log, so older in-flight fills of
+    /// the key cannot overwrite it.
     Plain,
-    /// A fill's publish: stored only if the key's fence still has the value read before the fill.
+    /// A fill's publish: stored only if no write of the key (or clear) happened since the
+    /// shard's write count was this (`fence.rs`).
     Fenced(u64),
 }
 
@@ -151,7 +150,10 @@ pub(crate) struct Shard<K, V> {
     table: ShardLock<Table<K, V>>,
     /// A hit records its time only if the entry's recorded one is at least this old (>= 1 ms).
     recency_ms: u64,
-    fences: [AtomicU64; FENCE_STRIPES],
+    /// Plain writes (insert, remove) so far; a fill's fence is its value when the fill started.
+    /// Bumped under the write lock (with the key's hash recorded in the table's write log),
+    /// read without a lock by `fence`.
+    writes: AtomicU64,
     /// Rare events; the frequent ones go to `tally`.
     pub(crate) counters: CachePadded<ShardCounters>,
     /// The cache's per-thread counters (shared with the other shards and `Cache::stats`).
@@ -160,11 +162,6 @@ pub(crate) struct Shard<K, V> {
     /// back.
     budget: Budget,
     sketch: Option<FrequencySketch>,
-}
-
-#[inline]
-fn stripe(hash: u64) -> usize {
-    (hash >> 24) as usize % FENCE_STRIPES
 }
 
 impl<K: Eq + Hash, V: Clone> Shard<K, V> {
@@ -187,11 +184,11 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         } = shared;
         Self {
             table: ShardLock::new(
-                Table::new(capacity, pool_size, seed, columns, hasher),
+                Table::new(capacity, share, pool_size, seed, columns, hasher),
                 tally.clone(),
             ),
             recency_ms: recency_ms.max(1),
-            fences: std::array::from_fn(|_| AtomicU64::new(0)),
+            writes: AtomicU64::new(0),
             counters: CachePadded::default(),
             tally,
             budget,
@@ -202,7 +199,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     #[inline]
     fn record_access(&self, hash: u64) {
         if let Some(s) = &self.sketch {
-            s.record(hash);
+            // The stripe lookup is paid only with a sketch: the default hit path is unchanged.
+            s.record(hash, self.tally.mine());
         }
     }
 
@@ -350,23 +348,31 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         }
     }
 
-    /// The key's current invalidation fence; read it before a fill starts.
+    /// The fence for a fill of a key of this shard: read it before the fill starts. (The same
+    /// for every key: the publish checks which keys were written since, `fence.rs`.)
     #[inline]
-    pub(crate) fn fence(&self, hash: u64) -> u64 {
-        self.fences[stripe(hash)].load(Ordering::Acquire)
+    pub(crate) fn fence(&self, _hash: u64) -> u64 {
+        self.writes.load(Ordering::Acquire)
     }
 
-    fn bump_fence(&self, hash: u64) {
-        self.fences[stripe(hash)].fetch_add(1, Ordering::Release);
+    /// Records a plain write of `hash`'s key (under the write lock): fills of that key that
+    /// started earlier will not publish. Plain stores: only the lock holder writes these.
+    fn bump_fence(&self, t: &mut WriteGuard<'_, Table<K, V>>, hash: u64) {
+        let seq = self.writes.load(Ordering::Relaxed);
+        t.writes.record(seq, hash);
+        self.writes.store(seq + 1, Ordering::Release);
     }
 
-    fn fence_holds(&self, hash: u64, mode: WriteMode) -> bool {
+    fn fence_holds(&self, t: &mut WriteGuard<'_, Table<K, V>>, hash: u64, mode: WriteMode) -> bool {
         match mode {
             WriteMode::Plain => {
-                self.bump_fence(hash);
+                self.bump_fence(t, hash);
                 true
             }
-            WriteMode::Fenced(f) => self.fences[stripe(hash)].load(Ordering::Acquire) == f,
+            WriteMode::Fenced(f) => {
+                let now = self.writes.load(Ordering::Relaxed);
+                !t.writes.fences(f, now, hash)
+            }
         }
     }
 
@@ -391,7 +397,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             Stored::Error(_) => (1, expires_at),
         };
         let mut t = self.table.write();
-        if !self.fence_holds(hash, mode) {
+        if !self.fence_holds(&mut t, hash, mode) {
             drop(t);
             return Ok(Write::Done(WriteOutcome::Fenced));
         }
@@ -589,7 +595,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         Q: Eq + ?Sized,
     {
         let mut t = self.table.write();
-        self.bump_fence(hash);
+        self.bump_fence(&mut t, hash);
         let removed = self.remove_key_locked(&mut t, hash, q);
         drop(t);
         removed?.into_value()
@@ -598,9 +604,10 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     /// Removes everything and fences every fill that started earlier. Returns the number removed.
     pub(crate) fn clear(&self) -> usize {
         let mut t = self.table.write();
-        for f in &self.fences {
-            f.fetch_add(1, Ordering::Release);
-        }
+        // Past the log's reach: every earlier fence is fenced.
+        let seq = self.writes.load(Ordering::Relaxed);
+        self.writes
+            .store(seq + t.writes.len() + 1, Ordering::Release);
         let weight = t.weight;
         let (slots, errors) = t.take_all();
         self.budget.give(weight);
