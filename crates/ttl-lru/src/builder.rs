@@ -174,7 +174,7 @@ where
     }
 
     /// How long a read-through caller waits for another caller's fill before giving up with
-    /// [`FetchError::TimedOut`](crate::FetchError::TimedOut) (the fill goes on). Default: as long
+    /// [`FetchError::WaitTimedOut`](crate::FetchError::WaitTimedOut) (the fill goes on). Default: as long
     /// as the fill takes. Uses tokio's timer.
     pub fn wait_timeout(mut self, timeout: Duration) -> Self {
         self.wait_timeout = Some(timeout);

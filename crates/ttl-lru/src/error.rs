@@ -25,9 +25,11 @@ pub enum FetchError<E> {
     /// The fill failed: this call's, the one it joined, or an error cached for `negative_ttl`.
     #[error("the fill failed")]
     Failed(Arc<E>),
-    /// This call waited for another caller's fill longer than `wait_timeout`; the fill goes on.
+    /// This call's wait on another caller's fill ran past `wait_timeout`; the fill goes on.
+    /// (The workspace's word for a wait running out; [`FetchError::FillTimedOut`] is the fill
+    /// itself running out. Named `TimedOut` until issue 14.)
     #[error("timed out waiting for another caller's fill")]
-    TimedOut,
+    WaitTimedOut,
     /// A detached fill ran longer than its `fill_timeout` and was cancelled.
     #[error("the detached fill ran past its fill_timeout")]
     FillTimedOut,

@@ -1,4 +1,4 @@
-//! `ttl-lru`: a bounded TTL cache with O(1) sampled eviction and cancel-safe, coalesced read-through.
+//! `ttl-lru`: a bounded TTL cache with O(k) sampled eviction and cancel-safe, coalesced read-through.
 //!
 //! The core types:
 //! - [`Cache`]: the sharded store (cheap `Clone`, `Send + Sync`). Plain API: [`Cache::insert`],

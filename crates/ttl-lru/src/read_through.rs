@@ -125,7 +125,7 @@ where
     ///
     /// # Errors
     /// [`FetchError::Failed`] (this fill's error, the joined fill's, or a cached one),
-    /// [`FetchError::TimedOut`] (waited past `wait_timeout`), [`FetchError::Abandoned`],
+    /// [`FetchError::WaitTimedOut`] (waited past `wait_timeout`), [`FetchError::Abandoned`],
     /// [`FetchError::ErrorTypeMismatch`]. A value too heavy to store is still returned.
     pub async fn get_or_try_insert<E, T, F, Fut>(
         &self,
@@ -352,7 +352,7 @@ where
             FlightError::Failed(shared) => erased_to_fetch_error(ErasedError::clone(&shared)),
             FlightError::TimedOut => {
                 self.inner.fills.wait_timeouts.incr();
-                FetchError::TimedOut
+                FetchError::WaitTimedOut
             }
             _ => FetchError::Abandoned,
         }

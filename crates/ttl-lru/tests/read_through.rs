@@ -451,7 +451,7 @@ async fn waiters_time_out_but_the_fill_goes_on() {
         .get_or_try_insert(1, forever, counted(&runs, 2, SEC))
         .await
         .unwrap_err();
-    assert!(matches!(e, FetchError::TimedOut));
+    assert!(matches!(e, FetchError::WaitTimedOut));
     assert_eq!(c.stats().wait_timeouts, 1);
     assert_eq!(leader.await.unwrap().unwrap().value, 1);
     assert_eq!(c.get(&1), Some(1));
