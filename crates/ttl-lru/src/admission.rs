@@ -58,6 +58,13 @@ pub enum Admission {
     #[default]
     Always,
     /// TinyLFU: admit a new entry over its victim only if it was requested more often.
+    ///
+    /// Every lookup is recorded in its shard's frequency sketch, so a hit writes shared memory:
+    /// the key's doorkeeper bit (a `fetch_or`, only on its first lookup since the sketch last
+    /// aged), its counters that hold its minimum count (plain stores, only while that count is
+    /// below 15: a hot key's hits stop writing them), and the shard's record count (one
+    /// `fetch_add` per 64 lookups of a thread); every `32 x capacity` records one lookup halves
+    /// the whole sketch.
     TinyLfu,
 }
 

@@ -58,7 +58,12 @@
 //!   (only when the recorded one is older than [`CacheBuilder::recency_resolution`], so
 //!   read-mostly hits keep their cache lines clean), count themselves in this thread's own counter
 //!   stripe (no locked instruction) and clone the value; no shared writes, no allocation. Writes
-//!   pay for it: each reads every reader mark of the cache (two per core).
+//!   pay for it: each reads every reader mark of the cache (two per core). A unit test checks
+//!   it: in test builds every atomic of the crate logs its writes, and a hit may write only its
+//!   own thread's line (and a stale recency stamp). With [`Admission::TinyLfu`] a hit also
+//!   records the key in the shard's sketch, which does write shared words; exactly which is
+//!   listed in [`Admission::TinyLfu`]'s docs (since issue 17 no longer a `fetch_add` on every
+//!   hit, one per 64 of a thread's hits).
 //! - **Time** comes from a [`Clock`]. The default [`CoarseClock`] is a process-wide atomic
 //!   millisecond tick refreshed by one background thread, so a hit reads time with one relaxed
 //!   load instead of `Instant::now()`. Tests inject [`ManualClock`] or [`TokioClock`].

@@ -199,9 +199,16 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     #[inline]
     fn record_access(&self, hash: u64) {
         if let Some(s) = &self.sketch {
-            // The stripe lookup is paid only with a sketch: the default hit path is unchanged.
-            s.record(hash, self.tally.mine());
+            self.record_in(s, hash);
         }
+    }
+
+    /// Records a lookup in the admission sketch, with this thread's stripe (`admission.rs`).
+    /// Not inlined: with the stripe lookup inlined into every hit path, the default (sketchless)
+    /// get measured 143 instructions instead of 138 (callgrind, `hitprobe ttl-lru 10000`).
+    #[inline(never)]
+    fn record_in(&self, sketch: &FrequencySketch, hash: u64) {
+        sketch.record(hash, self.tally.mine());
     }
 
     /// The hit path of `get`: a fresh value or `None`.
