@@ -50,7 +50,7 @@
 //! - **Capacity** is one budget for the whole cache, not a share per shard: a cache of capacity
 //!   N holds N entries (or N units of weight, one entry up to all of it) however its keys hash,
 //!   at build time and after any [`Cache::set_capacity`], and the bound holds after every
-//!   insert. A write that grows the cache takes from the shared budget (one compare-and-swap)
+//!   insert (and, while a `set_capacity` shrinks the cache, from when it returns). A write that grows the cache takes from the shared budget (one compare-and-swap)
 //!   and a removal gives back; in a full cache an insert evicts in its own shard and writes no
 //!   shared word (if that shard holds nothing, it evicts from the next ones).
 //! - **Hits** take the shard's read lock (one atomic swap on a cache line of this thread's own,
@@ -73,7 +73,10 @@
 //!   so writes of other keys never cost a fill its publish (they did, until issue 17, when
 //!   their keys hashed to the same of 16 stripes per shard). Each shard remembers the keys of
 //!   its last 64 to 1,024 writes (its capacity share); a fill that outlived that many writes to
-//!   its shard is fenced conservatively.
+//!   its shard is fenced conservatively. A stale entry's refresh claimed while another fill of
+//!   the key is open follows that fill and, if it stores nothing, releases the claim (or runs
+//!   the refresh, if that fill's lead is handed to it): the stale window is never spent without
+//!   a refresh.
 //! - **Named caches** register in [`registry`] (weakly) for listing, resizing, purging, shrinking.
 //!
 //! Edge cases: capacity 0 stores nothing (inserts fail with [`InsertError::TooHeavy`], read-through
