@@ -23,4 +23,5 @@ pub mod policy;
 pub mod rng;
 pub mod stores;
 pub mod trace;
+pub mod workload;
 pub mod zipf;

@@ -1,20 +1,24 @@
-//! Hit-ratio simulator: replays the ARC traces and seeded zipf workloads through exact LRU (checked
-//! against the published figures), the sampled-LRU model, ttl-lru and the peers, and prints
-//! markdown tables with each policy's distance from exact LRU.
+//! Hit-ratio simulator: replays the ARC traces, seeded zipf workloads and the adversarial
+//! workloads of issue 17 (a scan mixed into zipf, a zipf whose hot set shifts, a loop slightly
+//! larger than the cache) through exact LRU (checked against the published figures), the
+//! sampled-LRU model, ttl-lru, the peers and two reference rows (ARC, and Belady's MIN: the
+//! offline optimum), and prints markdown tables with each policy's distance from exact LRU and,
+//! with the peers on, from the best of exact LRU, quick_cache and moka (TinyLFU).
 //!
 //! `cargo run --release -p benches --bin hitratio -- [--trace NAME]... [--quick] [--no-peers]
 //! [--no-model] [--precision N] [--only SUBSTR] [--trace-dir DIR]` where NAME is one of OLTP, P2,
-//! P3, P6, P12, zipf0.8, zipf1.0, zipf1.2, and `--only` keeps exact LRU plus the rows whose name
-//! contains SUBSTR.
+//! P3, P6, P12, zipf0.8, zipf1.0, zipf1.2, scan, shift, loop, and `--only` keeps exact LRU plus
+//! the rows whose name contains SUBSTR.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use benches::policy::{
-    ExactLru, MokaSync, PingoraMemory, Policy, QuickCache, SampledLru, SimResult, TtlLru,
-    TtlLruConfig, simulate,
+    Arc, Belady, ExactLru, MokaSync, PingoraMemory, Policy, QuickCache, SampledLru, SimResult,
+    TtlLru, TtlLruConfig, simulate,
 };
 use benches::trace::{ARC_TRACES, ArcTrace, TRACE_DIR_ENV, trace_dirs};
+use benches::workload::{looping, shifting_zipf, zipf_with_scan};
 use benches::zipf::Zipf;
 
 /// The published exact-LRU figures (ARC paper, Table IV and the P-trace table).
@@ -33,6 +37,19 @@ const PUBLISHED: &[(&str, usize, f64)] = &[
 const ZIPF_KEYS: u64 = 100_000;
 const ZIPF_SIZES: [usize; 2] = [1_000, 10_000];
 const ZIPF_SEED: u64 = 0x5EED;
+/// The adversarial workloads' parameters: a scan as long as the zipf key space, a new hot set
+/// every 200K requests, a loop 10% longer than the cache.
+const SCAN_KEYS: usize = 100_000;
+const SHIFT_PERIOD: usize = 200_000;
+const LOOP_EXCESS: f64 = 1.1;
+/// Rows that are references, not contenders (not counted as peers).
+const REFERENCES: [&str; 2] = ["ARC (reference)", "Belady MIN (offline optimum)"];
+/// The peers whose best a default must match (issue 17's goal), with exact LRU.
+const BEST_OF: [&str; 3] = [
+    "exact LRU",
+    "quick_cache (CLOCK-Pro-like)",
+    "moka (TinyLFU, default)",
+];
 
 struct Options {
     traces: Vec<String>,
@@ -47,7 +64,7 @@ struct Options {
 fn usage() -> ! {
     eprintln!(
         "usage: hitratio [--trace NAME]... [--quick] [--no-peers] [--no-model] [--precision N] [--only SUBSTR] [--trace-dir DIR]\n\
-         NAME: OLTP P2 P3 P6 P12 zipf0.8 zipf1.0 zipf1.2 (default: all)\n\
+         NAME: OLTP P2 P3 P6 P12 zipf0.8 zipf1.0 zipf1.2 scan shift loop (default: all)\n\
          --quick: OLTP and the zipf workloads at 500K requests only"
     );
     std::process::exit(2)
@@ -90,10 +107,13 @@ fn parse_args() -> Options {
     }
     if opts.traces.is_empty() {
         let all: &[&str] = if opts.quick {
-            &["OLTP", "zipf0.8", "zipf1.0", "zipf1.2"]
+            &[
+                "OLTP", "zipf0.8", "zipf1.0", "zipf1.2", "scan", "shift", "loop",
+            ]
         } else {
             &[
-                "OLTP", "P2", "P3", "P6", "P12", "zipf0.8", "zipf1.0", "zipf1.2",
+                "OLTP", "P2", "P3", "P6", "P12", "zipf0.8", "zipf1.0", "zipf1.2", "scan", "shift",
+                "loop",
             ]
         };
         opts.traces = all.iter().map(|s| (*s).to_owned()).collect();
@@ -101,10 +121,14 @@ fn parse_args() -> Options {
     opts
 }
 
-/// A named way to build a policy at a given capacity.
+/// Builds a policy for a capacity and the requests it will replay (the offline optimum must see
+/// them first; the others ignore them).
+type Build = Box<dyn Fn(usize, &[u64]) -> Box<dyn Policy>>;
+
+/// A named way to build a policy.
 struct Contender {
     name: String,
-    build: Box<dyn Fn(usize) -> Box<dyn Policy>>,
+    build: Build,
 }
 
 fn contender(
@@ -113,12 +137,17 @@ fn contender(
 ) -> Contender {
     Contender {
         name: name.into(),
-        build: Box::new(build),
+        build: Box::new(move |c, _| build(c)),
     }
 }
 
 fn contenders(opts: &Options) -> Vec<Contender> {
     let mut list = vec![contender("exact LRU", |c| Box::new(ExactLru::new(c)))];
+    list.push(contender(REFERENCES[0], |c| Box::new(Arc::new(c))));
+    list.push(Contender {
+        name: REFERENCES[1].to_owned(),
+        build: Box::new(|c, keys| Box::new(Belady::new(c, keys, false))),
+    });
     for pool in [false, true] {
         for k in [1usize, 5, 10, 16] {
             let config = TtlLruConfig {
@@ -218,13 +247,17 @@ struct Workload {
 enum Source {
     Trace(ArcTrace),
     Keys(Vec<u64>),
+    /// Requests that depend on the cache size (the loop).
+    PerSize(Box<dyn Fn(usize) -> Vec<u64>>),
 }
 
 impl Workload {
-    fn keys(&self) -> Box<dyn Iterator<Item = u64> + '_> {
+    /// The requests replayed against a cache of `size`.
+    fn keys(&self, size: usize) -> Vec<u64> {
         match &self.source {
-            Source::Trace(t) => Box::new(t.keys()),
-            Source::Keys(k) => Box::new(k.iter().copied()),
+            Source::Trace(t) => t.keys().collect(),
+            Source::Keys(k) => k.clone(),
+            Source::PerSize(f) => f(size),
         }
     }
 }
@@ -235,12 +268,54 @@ fn load_workload(
     dirs: &[PathBuf],
     precision: usize,
 ) -> Result<Workload, String> {
+    let count = if quick { 500_000 } else { 2_000_000 };
+    let zipf1 = || Zipf::new(ZIPF_KEYS, 1.0).map_err(|e| e.to_string());
+    match name {
+        "scan" => {
+            return Ok(Workload {
+                name: name.to_owned(),
+                sizes: ZIPF_SIZES.to_vec(),
+                description: format!(
+                    "zipf s=1.0 over {ZIPF_KEYS} keys, {count} requests, with a one-time scan of \
+                     {SCAN_KEYS} new keys mixed in from the middle (every other request), seed \
+                     {ZIPF_SEED:#x}"
+                ),
+                source: Source::Keys(zipf_with_scan(&zipf1()?, count, SCAN_KEYS, ZIPF_SEED)),
+                precision,
+            });
+        }
+        "shift" => {
+            return Ok(Workload {
+                name: name.to_owned(),
+                sizes: ZIPF_SIZES.to_vec(),
+                description: format!(
+                    "zipf s=1.0 over {ZIPF_KEYS} keys, {count} requests, the ranks mapped to a \
+                     new set of keys every {SHIFT_PERIOD} requests, seed {ZIPF_SEED:#x}"
+                ),
+                source: Source::Keys(shifting_zipf(&zipf1()?, count, SHIFT_PERIOD, ZIPF_SEED)),
+                precision,
+            });
+        }
+        "loop" => {
+            return Ok(Workload {
+                name: name.to_owned(),
+                sizes: ZIPF_SIZES.to_vec(),
+                description: format!(
+                    "a loop over {LOOP_EXCESS} x the cache size keys, {count} requests"
+                ),
+                source: Source::PerSize(Box::new(move |size| {
+                    looping((size as f64 * LOOP_EXCESS).ceil() as u64, count)
+                })),
+                precision,
+            });
+        }
+        _ => {}
+    }
     if let Some(exponent) = name.strip_prefix("zipf") {
         let s: f64 = exponent
             .parse()
             .map_err(|_| format!("bad zipf exponent in {name:?}"))?;
         let zipf = Zipf::new(ZIPF_KEYS, s).map_err(|e| e.to_string())?;
-        let count = if quick { 500_000 } else { 2_000_000 };
         let keys = zipf.keys(count, ZIPF_SEED);
         return Ok(Workload {
             name: name.to_owned(),
@@ -295,14 +370,16 @@ fn main() {
             }
         };
         let started = Instant::now();
-        let mut rows: Vec<(String, Vec<SimResult>)> = Vec::new();
-        for c in &contenders {
-            let results = workload
-                .sizes
-                .iter()
-                .map(|&size| simulate((c.build)(size).as_mut(), workload.keys()))
-                .collect();
-            rows.push((c.name.clone(), results));
+        let mut rows: Vec<(String, Vec<SimResult>)> = contenders
+            .iter()
+            .map(|c| (c.name.clone(), Vec::new()))
+            .collect();
+        for &size in &workload.sizes {
+            let keys = workload.keys(size);
+            for (c, row) in contenders.iter().zip(&mut rows) {
+                let mut policy = (c.build)(size, &keys);
+                row.1.push(simulate(policy.as_mut(), keys.iter().copied()));
+            }
         }
         all_match &= print_table(&workload, &rows);
         println!("\n({} s)\n", started.elapsed().as_secs());
@@ -327,6 +404,30 @@ fn print_table(workload: &Workload, rows: &[(String, Vec<SimResult>)]) -> bool {
     }
     println!();
     let lru = &rows[0].1;
+    // The best of exact LRU, quick_cache and moka per size, when those rows are there.
+    let best: Option<Vec<f64>> = {
+        let peers: Vec<&Vec<SimResult>> = rows
+            .iter()
+            .filter(|(name, _)| BEST_OF.contains(&name.as_str()))
+            .map(|(_, r)| r)
+            .collect();
+        (peers.len() == BEST_OF.len()).then(|| {
+            (0..workload.sizes.len())
+                .map(|i| {
+                    peers
+                        .iter()
+                        .map(|r| r[i].percent())
+                        .fold(f64::MIN, f64::max)
+                })
+                .collect()
+        })
+    };
+    if best.is_some() {
+        println!(
+            "(each row: hit ratio %, then its difference to exact LRU and to the best of \
+             exact LRU, quick_cache and moka (TinyLFU))\n"
+        );
+    }
     let mut ok = true;
     let published: Vec<Option<f64>> = workload
         .sizes
@@ -359,10 +460,17 @@ fn print_table(workload: &Workload, rows: &[(String, Vec<SimResult>)]) -> bool {
                 }
             } else {
                 let delta = pct - lru[i].percent();
-                print!(
-                    " {pct:.prec$} ({delta:+.prec$}) |",
-                    prec = workload.precision
-                );
+                match &best {
+                    Some(best) => print!(
+                        " {pct:.prec$} ({delta:+.prec$}, {:+.prec$}) |",
+                        pct - best[i],
+                        prec = workload.precision
+                    ),
+                    None => print!(
+                        " {pct:.prec$} ({delta:+.prec$}) |",
+                        prec = workload.precision
+                    ),
+                }
             }
         }
         println!();

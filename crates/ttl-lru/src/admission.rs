@@ -11,8 +11,18 @@
 //! +9.3 and +3.6 there); ARC P traces at 32K: +7.8 (P12) to +22.2 (P6). It loses where new keys
 //! must displace old ones quickly: OLTP -5.7 at 5K and -8.0 at 15K entries (+2.3 at 1K).
 //!
-//! Recording is a few relaxed atomic ops on per-shard memory (so, unlike the default policy, a hit
-//! writes shared memory); lost updates under races only lower an estimate, which is harmless.
+//! Recording a lookup writes shared memory (unlike the default policy's hit), precisely:
+//! - the doorkeeper word holding the key's bit, with a `fetch_or`, only if the bit is clear
+//!   (the key's first lookup since the last aging);
+//! - each of the four counter words in which the key's counter holds its minimum, with a plain
+//!   relaxed store, only while that minimum is below 15 (a hot key saturates and stops writing);
+//! - the shard's record count, with one `fetch_add` per 64 lookups a thread records (each
+//!   thread counts its lookups in its own counter stripe and adds them 64 at a time; issue 17:
+//!   it was a `fetch_add` on every lookup); a thread without a stripe adds each lookup;
+//! - every `32 x capacity` records, the whole sketch, halved by the lookup whose batch crosses
+//!   that count.
+//!
+//! Lost updates under races only lower an estimate, which is harmless.
 //!
 //! The 4-bit counters are packed sixteen to a `u64` word, as Caffeine packs them: half the
 //! memory of a byte per counter, and aging halves a word's sixteen counters with one shift and
@@ -20,10 +30,14 @@
 //! that request waiting for it; at a shard capacity of 125K (a 1M cache of 8 shards) it went
 //! from 2M byte stores to 131K word stores (docs/benchmarks.md measures the spike).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::Ordering;
+use crate::sync::plain::AtomicU64;
+use crate::tally::Stripe;
 
 const ROWS: usize = 4;
 const MAX_COUNT: u8 = 15;
+/// Lookups a thread counts in its own stripe before adding them to a shard's record count.
+const RECORD_BATCH: u64 = 64;
 /// 4-bit counters per `u64` word.
 const PER_WORD: usize = 16;
 /// Every counter of a word halved: shift right one bit, drop the bit each counter got from the
@@ -44,6 +58,13 @@ pub enum Admission {
     #[default]
     Always,
     /// TinyLFU: admit a new entry over its victim only if it was requested more often.
+    ///
+    /// Every lookup is recorded in its shard's frequency sketch, so a hit writes shared memory:
+    /// the key's doorkeeper bit (a `fetch_or`, only on its first lookup since the sketch last
+    /// aged), its counters that hold its minimum count (plain stores, only while that count is
+    /// below 15: a hot key's hits stop writing them), and the shard's record count (one
+    /// `fetch_add` per 64 lookups of a thread); every `32 x capacity` records one lookup halves
+    /// the whole sketch.
     TinyLfu,
 }
 
@@ -120,8 +141,9 @@ impl FrequencySketch {
         (bit / 64, 1u64 << (bit % 64))
     }
 
-    /// Records one request for `hash`.
-    pub(crate) fn record(&self, hash: u64) {
+    /// Records one request for `hash`; `me` is the recording thread's counter stripe, if it has
+    /// one (its lookups are then added to the shared record count in batches).
+    pub(crate) fn record(&self, hash: u64, me: Option<&Stripe>) {
         let (word, bit) = self.door_bit(hash);
         // Load first: on a hot key the bit is already set and the read-modify-write (which
         // takes the cache line exclusive) is skipped.
@@ -148,7 +170,20 @@ impl FrequencySketch {
                 }
             }
         }
-        if self.records.fetch_add(1, Ordering::Relaxed) + 1 == self.sample_size {
+        match me {
+            Some(stripe) => {
+                if stripe.count_sketch_record() % RECORD_BATCH == 0 {
+                    self.add_records(RECORD_BATCH);
+                }
+            }
+            None => self.add_records(1),
+        }
+    }
+
+    /// Adds `n` records to the count; the addition that crosses the sample size ages the sketch.
+    fn add_records(&self, n: u64) {
+        let before = self.records.fetch_add(n, Ordering::Relaxed);
+        if before < self.sample_size && before + n >= self.sample_size {
             self.age();
         }
     }
@@ -191,10 +226,10 @@ mod tests {
     fn counts_grow_with_requests_and_saturate() {
         let s = FrequencySketch::new(1024);
         assert_eq!(s.frequency(42), 0);
-        s.record(42);
+        s.record(42, None);
         assert_eq!(s.frequency(42), 1, "doorkeeper only");
         for _ in 0..40 {
-            s.record(42);
+            s.record(42, None);
         }
         assert_eq!(s.frequency(42), MAX_COUNT + 1);
         assert!(s.admit(42, 7));
@@ -228,7 +263,7 @@ mod tests {
     fn a_saturated_counter_does_not_carry() {
         let s = FrequencySketch::new(1024);
         for _ in 0..100 {
-            s.record(42);
+            s.record(42, None);
         }
         assert_eq!(s.frequency(42), MAX_COUNT + 1);
         // Every other counter in the words that key 42 saturated is still zero.
@@ -245,13 +280,13 @@ mod tests {
     fn aging_halves_counts() {
         let s = FrequencySketch::new(16);
         for _ in 0..9 {
-            s.record(1);
+            s.record(1, None);
         }
         let before = s.frequency(1);
         // Fill up to the sample size with other keys to trigger aging.
         let mut k = 1000u64;
         while s.records.load(Ordering::Relaxed) != 0 {
-            s.record(k.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            s.record(k.wrapping_mul(0x9E37_79B9_7F4A_7C15), None);
             k += 1;
         }
         assert!(s.frequency(1) < before);

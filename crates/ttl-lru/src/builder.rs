@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admission::Admission;
+use crate::budget::Budget;
 use crate::cache::{Cache, Inner, Weigher};
 use crate::clock::{Clock, ClockSource, CoarseClock, duration_to_ms};
 use crate::shard::{FromCache, Shard, ShardConfig};
@@ -136,14 +137,15 @@ where
         self
     }
 
-    /// Number of shards (each with its own lock, capacity share and eviction state). Default:
-    /// 4 x available parallelism rounded to a power of two, halved until each shard holds at least
-    /// 64 units of capacity. Capacity is split evenly, so with a weigher an entry may weigh at most
-    /// `capacity / shards`; use `.shards(1)` for exact whole-capacity accounting.
+    /// Number of shards (each with its own lock and eviction state). Default: 4 x available
+    /// parallelism rounded to a power of two, halved until there are at least 64 units of
+    /// capacity per shard. Capacity is not split: the shards draw from one budget, so the cache
+    /// holds its whole capacity whatever the shard count, and with a weigher one entry may weigh
+    /// up to the whole capacity.
     ///
     /// An explicit count is clamped the same way: to at most `capacity / 64` shards (and at
-    /// most 65,536), so that a small cache is not split into shards too small to hold the keys
-    /// that hash to them while others sit empty.
+    /// most 65,536), since each shard evicts by sampling its own entries and a shard of a few
+    /// entries samples poorly.
     pub fn shards(mut self, n: usize) -> Self {
         self.shards = Some(n.max(1));
         self
@@ -172,7 +174,7 @@ where
     }
 
     /// How long a read-through caller waits for another caller's fill before giving up with
-    /// [`FetchError::TimedOut`](crate::FetchError::TimedOut) (the fill goes on). Default: as long
+    /// [`FetchError::WaitTimedOut`](crate::FetchError::WaitTimedOut) (the fill goes on). Default: as long
     /// as the fill takes. Uses tokio's timer.
     pub fn wait_timeout(mut self, timeout: Duration) -> Self {
         self.wait_timeout = Some(timeout);
@@ -225,6 +227,7 @@ where
         let tinylfu = self.admission == Admission::TinyLfu;
         let recency_ms = duration_to_ms(self.recency);
         let tally = Tally::new();
+        let budget = Budget::new(self.capacity);
         let columns = Columns {
             weighted: self.weigher.is_some(),
             gated: duration_to_ms(self.stale_while_revalidate) > 0,
@@ -244,6 +247,8 @@ where
                     tinylfu,
                     recency_ms,
                     FromCache {
+                        budget: budget.clone(),
+                        capacity: self.capacity,
                         columns,
                         hasher: hasher.clone(),
                         tally: tally.clone(),
@@ -269,6 +274,7 @@ where
                 swr_ms: duration_to_ms(self.stale_while_revalidate),
             },
             capacity: parking_lot::Mutex::new(self.capacity),
+            budget,
             default_ttl_ms: duration_to_ms(self.default_ttl),
             negative_ttl_ms: duration_to_ms(self.negative_ttl),
             weigher: self.weigher,

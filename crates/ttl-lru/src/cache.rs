@@ -6,10 +6,13 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::builder::{CacheBuilder, split_capacity};
+use crate::budget::Budget;
+use crate::builder::CacheBuilder;
 use crate::clock::{ClockSource, duration_to_ms};
 use crate::error::InsertError;
-use crate::shard::{ErasedError, NEVER, Shard, ShardConfig, Stored, WriteMode, WriteOutcome};
+use crate::shard::{
+    ErasedError, NEVER, Shard, ShardConfig, Stored, Write, WriteMode, WriteOutcome,
+};
 use crate::stats::{CachePadded, FillCounters, Stats};
 use crate::tally::Tally;
 
@@ -50,6 +53,8 @@ pub(crate) struct Inner<K, V> {
     pub(crate) cfg: ShardConfig,
     /// Total capacity; the mutex serialises `set_capacity` calls.
     pub(crate) capacity: parking_lot::Mutex<u64>,
+    /// The capacity not in use, shared by the shards (`budget.rs`).
+    pub(crate) budget: Budget,
     pub(crate) default_ttl_ms: u64,
     pub(crate) negative_ttl_ms: u64,
     pub(crate) weigher: Option<Weigher<K, V>>,
@@ -193,6 +198,9 @@ where
     /// Stores like [`insert`](Self::insert), unless the key was removed, inserted, invalidated or
     /// cleared after `fence` was taken (then returns `Ok(false)` and stores nothing): a value
     /// fetched before an invalidation never lands after it. Does not fence other writers.
+    /// Writes of other keys do not count, unless more of them went to the key's shard since
+    /// `fence` than the shard remembers (64 to 1,024, by its share of the capacity): then the
+    /// write is dropped too, conservatively.
     ///
     /// # Errors
     /// As [`insert`](Self::insert).
@@ -218,7 +226,7 @@ where
     ) -> Result<bool, InsertError> {
         let hash = self.hash(&key);
         let weight = self.weigh(&key, &value);
-        let out = self.shard(hash).write(
+        let first = self.shard(hash).write(
             hash,
             key,
             Stored::Value(value),
@@ -227,11 +235,43 @@ where
             now,
             &self.inner.cfg,
             mode,
-        )?;
+        );
+        let out = self.settle_write(hash, first, expires_at, weight, now, mode)?;
         if out == WriteOutcome::Fenced {
             self.inner.fills.fenced.incr();
         }
         Ok(out == WriteOutcome::Stored)
+    }
+
+    /// Finishes a shard's write: if its shard had nothing left to evict for it (all of a full
+    /// cache's entries sit in other shards), evicts from the other shards and writes again.
+    pub(crate) fn settle_write(
+        &self,
+        hash: u64,
+        mut write: Result<Write<K, V>, InsertError>,
+        expires_at: u64,
+        weight: u64,
+        now: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome, InsertError> {
+        loop {
+            match write? {
+                Write::Done(out) => return Ok(out),
+                Write::NoRoom { key, stored, short } => {
+                    self.inner.evict_elsewhere(hash, short, now);
+                    write = self.shard(hash).write(
+                        hash,
+                        key,
+                        stored,
+                        expires_at,
+                        weight,
+                        now,
+                        &self.inner.cfg,
+                        mode,
+                    );
+                }
+            }
+        }
     }
 
     /// The value if present and within its TTL. The hit path: a shard read lock (one swap on
@@ -347,8 +387,9 @@ where
         *self.inner.capacity.lock()
     }
 
-    /// Changes the capacity. When shrinking, evicts down to the new bound before returning.
-    /// Returns the number of entries evicted.
+    /// Changes the capacity. When shrinking, evicts down to the new bound before returning
+    /// (from every shard, by each shard's eviction policy); afterwards the cache holds up to
+    /// `capacity` entries, however many shards it has. Returns the number of entries evicted.
     pub fn set_capacity(&self, capacity: u64) -> usize {
         self.inner.set_capacity(capacity)
     }
@@ -419,22 +460,61 @@ where
 {
     #[inline]
     pub(crate) fn shard(&self, hash: u64) -> &Shard<K, V> {
-        // Bits 24..56: clear of hashbrown's bucket bits (low) and tag bits (top 7).
-        let n = self.shards.len() as u64;
-        let idx = (((hash >> 24) & 0xFFFF_FFFF) * n) >> 32;
-        &self.shards[idx as usize]
+        &self.shards[self.shard_index(hash)]
     }
 
+    #[inline]
+    fn shard_index(&self, hash: u64) -> usize {
+        // Bits 24..56: clear of hashbrown's bucket bits (low) and tag bits (top 7).
+        let n = self.shards.len() as u64;
+        ((((hash >> 24) & 0xFFFF_FFFF) * n) >> 32) as usize
+    }
+
+    /// Sets the capacity; when it shrinks, evicts (a share from every shard per round, by each
+    /// shard's policy) until the budget is out of debt.
     pub(crate) fn set_capacity(&self, capacity: u64) -> usize {
         let mut total = self.capacity.lock();
-        *total = capacity;
+        let old = std::mem::replace(&mut *total, capacity);
+        for s in self.shards.iter() {
+            s.set_limit(capacity);
+        }
+        self.budget.resize(old, capacity);
         let now = self.clock.now_ms();
-        let parts = split_capacity(capacity, self.shards.len());
-        self.shards
-            .iter()
-            .zip(parts)
-            .map(|(s, cap)| s.set_capacity(cap, now, &self.cfg))
-            .sum()
+        let mut evicted = 0;
+        while self.budget.free() < 0 {
+            let debt = self.budget.free().unsigned_abs() as usize;
+            let share = debt.div_ceil(self.shards.len());
+            let mut round = 0;
+            for s in self.shards.iter() {
+                if self.budget.free() >= 0 {
+                    break;
+                }
+                round += s.evict_for_budget(share, now, &self.cfg);
+            }
+            evicted += round;
+            if round == 0 {
+                // Every shard was empty when visited. Credit is only held under a shard's lock
+                // and none can be taken while in debt, so this cannot happen; stop rather than
+                // spin if it ever did.
+                break;
+            }
+        }
+        drop(total);
+        evicted
+    }
+
+    /// Makes `short` units of room for a write to `hash`'s shard by evicting from the shards
+    /// after it (that shard had nothing left to evict).
+    pub(crate) fn evict_elsewhere(&self, hash: u64, short: u64, now: u64) {
+        let home = self.shard_index(hash);
+        let n = self.shards.len();
+        let mut freed = 0;
+        for step in 1..=n {
+            if freed >= short {
+                break;
+            }
+            freed += self.shards[(home + step) % n].evict_weight(short - freed, now, &self.cfg);
+        }
     }
 
     pub(crate) fn clear(&self) -> usize {
@@ -471,4 +551,114 @@ where
     pub(crate) fn weight(&self) -> u64 {
         self.shards.iter().map(Shard::weight).sum()
     }
+}
+
+/// What a hit writes, checked through the logging atomics of test builds (`atomic.rs`): the
+/// invariant "a hit writes nothing another thread's hits write" as a test that fails if a
+/// shared write is added to the default hit path (issue 17).
+#[cfg(all(test, not(herd_loom)))]
+mod tests {
+    use super::*;
+    use crate::admission::Admission;
+    use crate::atomic::writes_during;
+    use crate::clock::ManualClock;
+
+    /// The addresses of this thread's own counter stripe of `c` (its lock mark and counters).
+    fn own_line(c: &Cache<u64, u64>) -> std::ops::Range<usize> {
+        let me = c.inner.tally.mine().expect("this thread has a stripe");
+        let at = std::ptr::from_ref(me) as usize;
+        at..at + std::mem::size_of_val(me)
+    }
+
+    fn shared_writes(c: &Cache<u64, u64>, writes: &[usize]) -> Vec<usize> {
+        let own = own_line(c);
+        writes
+            .iter()
+            .copied()
+            .filter(|a| !own.contains(a))
+            .collect()
+    }
+
+    fn filled(admission: Admission, clock: &ManualClock) -> Cache<u64, u64> {
+        let c: Cache<u64, u64> = Cache::builder(1000)
+            .shards(1)
+            .admission(admission)
+            .clock(clock.clone())
+            .build();
+        for k in 0..100 {
+            assert_eq!(c.insert(k, k, Duration::MAX), Ok(true));
+        }
+        c
+    }
+
+    #[test]
+    fn a_default_hit_writes_only_its_own_threads_line() {
+        let clock = ManualClock::new();
+        let c = filled(Admission::Always, &clock);
+        for k in 0..100 {
+            c.get(&k); // takes this thread's stripe
+        }
+        let ((), writes) = writes_during(|| {
+            for k in 0..100 {
+                assert_eq!(c.get(&k), Some(k));
+                assert!(c.lookup(&k).is_some());
+                let fill = || async { Ok::<u64, ()>(0) };
+                let hit =
+                    futures::executor::block_on(c.get_or_try_insert(k, |_| Duration::MAX, fill));
+                assert_eq!(hit.ok().map(|f| f.value), Some(k));
+            }
+        });
+        // Each hit takes and leaves its reader mark and counts itself: the log sees them.
+        assert!(writes.len() >= 600, "{} writes logged", writes.len());
+        assert_eq!(shared_writes(&c, &writes), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_hit_rewrites_its_recency_stamp_at_most_once_per_resolution() {
+        let clock = ManualClock::new();
+        let c = filled(Admission::Always, &clock);
+        c.get(&0);
+        clock.advance(DEFAULT_STAMP_AGE);
+        let ((), writes) = writes_during(|| {
+            for _ in 0..3 {
+                for k in 0..100 {
+                    assert_eq!(c.get(&k), Some(k));
+                }
+            }
+        });
+        let stamps = shared_writes(&c, &writes);
+        assert_eq!(stamps.len(), 100, "one stamp per entry, on its first hit");
+        let mut distinct = stamps.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 100);
+    }
+
+    /// With TinyLFU, a hit on a hot key (its counters saturated, its doorkeeper bit set) writes
+    /// one shared word: the shard's sketch record count, once per 64 lookups of a thread.
+    #[test]
+    fn a_tinylfu_hit_on_a_hot_key_adds_to_the_shared_record_count_once_per_64() {
+        let clock = ManualClock::new();
+        let c = filled(Admission::TinyLfu, &clock);
+        for _ in 0..30 {
+            for k in 0..64 {
+                c.get(&k);
+            }
+        }
+        let ((), writes) = writes_during(|| {
+            for _ in 0..10 {
+                for k in 0..64 {
+                    assert_eq!(c.get(&k), Some(k));
+                }
+            }
+        });
+        let shared = shared_writes(&c, &writes);
+        assert_eq!(shared.len(), 640 / 64, "{shared:?}");
+        assert!(
+            shared.iter().all(|&a| a == shared[0]),
+            "one word: {shared:?}"
+        );
+    }
+
+    const DEFAULT_STAMP_AGE: Duration = crate::builder::DEFAULT_RECENCY_RESOLUTION;
 }

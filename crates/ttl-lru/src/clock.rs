@@ -31,16 +31,27 @@ pub(crate) fn duration_to_ms(d: Duration) -> u64 {
 /// The default clock: a shared millisecond tick refreshed by one background thread.
 ///
 /// Reading it is a single relaxed atomic load. The first `CoarseClock` created in the process
-/// starts the thread (about 1000 short wake-ups a second); the thread lives as long as the process.
-#[derive(Debug, Clone, Copy, Default)]
+/// (by [`new`](Self::new) or [`default`](Default::default)) starts the thread (about 1000 short
+/// wake-ups a second); the thread lives as long as the process.
+#[derive(Debug, Clone, Copy)]
 pub struct CoarseClock {
     _private: (),
 }
 
+/// The same as [`CoarseClock::new`]: it starts the ticker. (Until issue 14 a derived `Default`
+/// built the clock without starting it, so a cache given `CoarseClock::default()` never saw time
+/// pass and never expired anything.)
+impl Default for CoarseClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 #[cfg(not(herd_loom))]
 mod ticker {
+    use crate::sync::Ordering;
+    use crate::sync::plain::AtomicU64;
     use std::sync::OnceLock;
-    use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
     /// Milliseconds since `ORIGIN`, plus one so that 0 never means "not started".
@@ -135,7 +146,7 @@ fn duration_to_ms_floor(d: Duration) -> u64 {
 /// milliseconds, so requests that share a millisecond are indistinguishable to the eviction policy.
 #[derive(Clone, Default)]
 pub struct ManualClock {
-    now: Arc<std::sync::atomic::AtomicU64>,
+    now: Arc<crate::sync::plain::AtomicU64>,
 }
 
 impl fmt::Debug for ManualClock {

@@ -6,14 +6,14 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum InsertError {
-    /// The entry's weight exceeds what its shard may hold (`capacity / shards`, so with one
-    /// shard the whole capacity; with capacity 0 every entry is too heavy). Any previous entry for
-    /// the key was removed, since it no longer holds the latest value.
-    #[error("entry weight {weight} exceeds the shard capacity {limit} (capacity / shards)")]
+    /// The entry's weight exceeds the cache's capacity (with capacity 0 every entry is too
+    /// heavy). Any previous entry for the key was removed, since it no longer holds the latest
+    /// value.
+    #[error("entry weight {weight} exceeds the cache capacity {limit}")]
     TooHeavy {
         /// The weigher's verdict (at least 1).
         weight: u64,
-        /// The most this entry's shard can hold.
+        /// The cache's capacity.
         limit: u64,
     },
 }
@@ -25,9 +25,11 @@ pub enum FetchError<E> {
     /// The fill failed: this call's, the one it joined, or an error cached for `negative_ttl`.
     #[error("the fill failed")]
     Failed(Arc<E>),
-    /// This call waited for another caller's fill longer than `wait_timeout`; the fill goes on.
+    /// This call's wait on another caller's fill ran past `wait_timeout`; the fill goes on.
+    /// (The workspace's word for a wait running out; [`FetchError::FillTimedOut`] is the fill
+    /// itself running out. Named `TimedOut` until issue 14.)
     #[error("timed out waiting for another caller's fill")]
-    TimedOut,
+    WaitTimedOut,
     /// A detached fill ran longer than its `fill_timeout` and was cancelled.
     #[error("the detached fill ran past its fill_timeout")]
     FillTimedOut,

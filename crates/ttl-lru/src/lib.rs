@@ -1,4 +1,4 @@
-//! `ttl-lru`: a bounded TTL cache with O(1) sampled eviction and cancel-safe, coalesced read-through.
+//! `ttl-lru`: a bounded TTL cache with O(k) sampled eviction and cancel-safe, coalesced read-through.
 //!
 //! The core types:
 //! - [`Cache`]: the sharded store (cheap `Clone`, `Send + Sync`). Plain API: [`Cache::insert`],
@@ -47,20 +47,37 @@
 //!   adjacent entries from a random start (as Redis's `dictGetSomeKeys` walks adjacent buckets:
 //!   a few cache lines instead of `k` misses), keeps a Redis-style pool of the best candidates
 //!   across evictions, takes an already-expired sample at once, and puts a new key's value in its
-//!   victim's place. O(k) at any size; nothing on the insert path walks the map. Capacity is split
-//!   evenly over shards and holds after every insert.
+//!   victim's place. O(k) at any size; nothing on the insert path walks the map.
+//! - **Capacity** is one budget for the whole cache, not a share per shard: a cache of capacity
+//!   N holds N entries (or N units of weight, one entry up to all of it) however its keys hash,
+//!   at build time and after any [`Cache::set_capacity`], and the bound holds after every
+//!   insert (and, while a `set_capacity` shrinks the cache, from when it returns). A write that grows the cache takes from the shared budget (one compare-and-swap)
+//!   and a removal gives back; in a full cache an insert evicts in its own shard and writes no
+//!   shared word (if that shard holds nothing, it evicts from the next ones).
 //! - **Hits** take the shard's read lock (one atomic swap on a cache line of this thread's own,
 //!   not a read-modify-write of a lock word every reader shares), store a relaxed recency stamp
 //!   (only when the recorded one is older than [`CacheBuilder::recency_resolution`], so
 //!   read-mostly hits keep their cache lines clean), count themselves in this thread's own counter
 //!   stripe (no locked instruction) and clone the value; no shared writes, no allocation. Writes
-//!   pay for it: each reads every reader mark of the cache (two per core).
+//!   pay for it: each reads every reader mark of the cache (two per core). A unit test checks
+//!   it: in test builds every atomic of the crate logs its writes, and a hit may write only its
+//!   own thread's line (and a stale recency stamp). With [`Admission::TinyLfu`] a hit also
+//!   records the key in the shard's sketch, which does write shared words; exactly which is
+//!   listed in [`Admission::TinyLfu`]'s docs (since issue 17 no longer a `fetch_add` on every
+//!   hit, one per 64 of a thread's hits).
 //! - **Time** comes from a [`Clock`]. The default [`CoarseClock`] is a process-wide atomic
 //!   millisecond tick refreshed by one background thread, so a hit reads time with one relaxed
 //!   load instead of `Instant::now()`. Tests inject [`ManualClock`] or [`TokioClock`].
 //! - **Fills** live in a [`coalesce::Group`], never in the store: they take no capacity, and a
 //!   cancelled leader hands its flight to exactly one waiter. A fill stores its result only if its
-//!   key was not removed, inserted, invalidated or cleared since it started (a per-key-stripe fence).
+//!   key was not removed, inserted, invalidated or cleared since it started: a per-key fence,
+//!   so writes of other keys never cost a fill its publish (they did, until issue 17, when
+//!   their keys hashed to the same of 16 stripes per shard). Each shard remembers the keys of
+//!   its last 64 to 1,024 writes (its capacity share); a fill that outlived that many writes to
+//!   its shard is fenced conservatively. A stale entry's refresh claimed while another fill of
+//!   the key is open follows that fill and, if it stores nothing, releases the claim (or runs
+//!   the refresh, if that fill's lead is handed to it): the stale window is never spent without
+//!   a refresh.
 //! - **Named caches** register in [`registry`] (weakly) for listing, resizing, purging, shrinking;
 //!   an opt-in [`pressure`] watcher scales them all down under memory pressure, with hysteresis.
 //!
@@ -68,10 +85,13 @@
 //! still coalesces and returns values); a TTL of 0 stores nothing unless a stale window is set.
 
 mod admission;
+mod atomic;
+mod budget;
 mod builder;
 mod cache;
 mod clock;
 mod error;
+mod fence;
 mod get_with;
 mod pool;
 pub mod pressure;

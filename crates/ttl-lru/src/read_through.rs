@@ -111,7 +111,11 @@ where
     /// value inside the stale-while-revalidate window is returned at once as [`Source::Stale`] while
     /// one refresh runs on a spawned tokio task (which is why the fill future must be
     /// `Send + 'static`; without a tokio runtime no refresh starts and the stale value is served
-    /// until its window ends).
+    /// until its window ends). The caller that claims a refresh calls `fill` at once; if another
+    /// fill of the key is already open then, the refresh task follows that fill: it refreshes if
+    /// that fill's lead is handed to it (its caller went away), and otherwise, once that fill
+    /// ends, releases the claim, so a fill that stored nothing (fenced by a write of the key, or
+    /// too heavy) leaves the next stale read free to refresh.
     ///
     /// # Cancellation
     /// - Dropped while waiting for another caller's fill: it just leaves the queue; the fill goes on.
@@ -121,7 +125,7 @@ where
     ///
     /// # Errors
     /// [`FetchError::Failed`] (this fill's error, the joined fill's, or a cached one),
-    /// [`FetchError::TimedOut`] (waited past `wait_timeout`), [`FetchError::Abandoned`],
+    /// [`FetchError::WaitTimedOut`] (waited past `wait_timeout`), [`FetchError::Abandoned`],
     /// [`FetchError::ErrorTypeMismatch`]. A value too heavy to store is still returned.
     pub async fn get_or_try_insert<E, T, F, Fut>(
         &self,
@@ -348,7 +352,7 @@ where
             FlightError::Failed(shared) => erased_to_fetch_error(ErasedError::clone(&shared)),
             FlightError::WaitTimedOut => {
                 self.inner.fills.wait_timeouts.incr();
-                FetchError::TimedOut
+                FetchError::WaitTimedOut
             }
             _ => FetchError::Abandoned,
         }
@@ -422,7 +426,7 @@ where
                 let erased: ErasedError = Arc::new(error);
                 let neg = self.inner.negative_ttl_ms;
                 let cached_until = (neg > 0).then(|| now.saturating_add(neg));
-                let _ = self.shard(hash).write_error(
+                let first = self.shard(hash).write_error(
                     hash,
                     leader.key().clone(),
                     Arc::clone(&erased),
@@ -432,6 +436,8 @@ where
                     &self.inner.cfg,
                     WriteMode::Fenced(fence),
                 );
+                let until = cached_until.unwrap_or(now);
+                let _ = self.settle_write(hash, first, until, 1, now, WriteMode::Fenced(fence));
                 let _ = leader.finish(Err(Arc::clone(&erased)));
                 Err(erased_to_fetch_error(erased))
             }
@@ -455,11 +461,10 @@ where
         // Reopens the refresh gate if the refresh never gets to publish (no runtime, the task is
         // dropped or panics). After a publish the entry was replaced or its gate already reset,
         // so the release is then a no-op.
-        let mut gate = RefreshGate {
+        let gate = RefreshGate {
             cache: self.clone(),
             key: key.clone(),
             hash,
-            armed: true,
         };
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
@@ -480,9 +485,41 @@ where
                         .await;
                 });
             }
-            // A fill for this key is already running: its publish replaces the entry or reopens
-            // the gate, so keep the gate closed until then.
-            None => gate.armed = false,
+            // Another fill of this key is open. Its publish usually replaces the entry (or, if
+            // it failed, reopens the gate at the retry time), but it may store nothing: fenced
+            // by a write of the key, too heavy, or abandoned by its caller. So the claim is not
+            // dropped: a task follows that fill, keeping the gate claimed meanwhile. If the
+            // fill's lead is handed to it, it refreshes; when the fill ends, the gate is
+            // released (a no-op if the entry was replaced or its gate reset), so the next stale
+            // read can claim the refresh again. (Issue 17: the claim used to be disarmed here,
+            // and a fenced fill left the entry unrefreshed for its whole stale window.)
+            None => {
+                let fut = fill();
+                let cache = self.clone();
+                rt.spawn(async move {
+                    let gate = gate;
+                    // Cancel-safe: dropped while following, it leaves the queue and `gate`
+                    // reopens the claim.
+                    let leader = match cache.inner.group.join(gate.key.clone()).await {
+                        Joined::Leader(leader) => leader,
+                        Joined::Done(_) => return,
+                    };
+                    // Led a new flight after the open one stored its value: nothing to refresh.
+                    let stored = cache
+                        .shard(hash)
+                        .peek_fresh(hash, leader.key(), cache.now());
+                    if let Some(value) = stored {
+                        let _ = leader.finish(Ok(value));
+                        return;
+                    }
+                    cache.inner.fills.refreshes.incr();
+                    cache.inner.fills.fills.incr();
+                    let _ = cache
+                        .clone()
+                        .run_fill::<E, T, Fut, _>(leader, hash, fence, ttl_fn, fut, timeout)
+                        .await;
+                });
+            }
             // A flight ended just now: reopen the gate (dropping `gate`).
             Some(Joined::Done(_)) => {}
         }
@@ -498,7 +535,6 @@ where
     cache: Cache<K, V>,
     key: K,
     hash: u64,
-    armed: bool,
 }
 
 impl<K, V> Drop for RefreshGate<K, V>
@@ -507,9 +543,6 @@ where
     V: Clone + Send + Sync + 'static,
 {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
         let now = self.cache.now();
         self.cache
             .shard(self.hash)

@@ -1,5 +1,5 @@
 //! The process-wide registry of named caches, held weakly: list them, resize one by name, and
-//! react to memory pressure across all of them (`purge_all`, `shrink_all`), plus an optional tokio
+//! react to memory pressure across all of them (`clear_all`, `shrink_all`), plus an optional tokio
 //! task that purges expired entries on an interval.
 //!
 //! Unlike lruttl's purge-everything, [`shrink_all`] trims every cache by the same fraction, so a
@@ -119,8 +119,9 @@ pub fn set_capacity(name: &str, capacity: u64) -> Result<usize, RegistryError> {
 }
 
 /// Clears every registered cache (entries removed, in-flight fills detached, their waiters still
-/// answered). Returns the number of entries removed.
-pub fn purge_all() -> usize {
+/// answered). Returns the number of entries removed. (Named `purge_all` until issue 14: it
+/// clears every entry, where [`purge_expired_all`] drops only expired ones.)
+pub fn clear_all() -> usize {
     live().iter().map(|c| c.clear()).sum()
 }
 

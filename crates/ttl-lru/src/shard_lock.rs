@@ -333,6 +333,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::disallowed_types)] // a test flag, not the crate's state
     fn a_writer_waits_for_a_marked_reader() {
         use std::sync::atomic::AtomicBool;
         let lock = Arc::new(ShardLock::new(0u64, Tally::with_stripes(64)));

@@ -3,7 +3,8 @@
 //! [`Stats`] snapshot on demand. Read-through counters live per cache; they are only
 //! written on misses.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::Ordering;
+use crate::sync::plain::AtomicU64;
 
 use crate::tally::{Event, Tally};
 

@@ -6,11 +6,23 @@
 //! taken from a library, so loom checks it too: its readers and writers race through the same
 //! instructions in the models as in production.
 
+pub(crate) use std::sync::atomic::Ordering;
+
+// Atomics loom models (the shard lock, recency stamps, refresh gates, fences, the capacity
+// budget): ours (`atomic.rs`: std's, logging writes in test builds), loom's under `herd_loom`.
 #[cfg(not(herd_loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use crate::atomic::{AtomicI64, AtomicU64};
 
 #[cfg(herd_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicI64, AtomicU64};
+
+/// Atomics loom does not model (counters, the admission sketch, the clock's tick).
+pub(crate) mod plain {
+    pub(crate) use crate::atomic::AtomicU64;
+    /// Thread indices (`tally.rs`; loom numbers its threads itself, below).
+    #[cfg(not(herd_loom))]
+    pub(crate) use crate::atomic::AtomicUsize;
+}
 
 /// A zero whose first value is itself a sequentially consistent store. Free outside loom;
 /// under loom it matters: loom lets a `SeqCst` load skip a newer `SeqCst` store only in favour

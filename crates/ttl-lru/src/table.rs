@@ -24,6 +24,7 @@ use std::hash::Hash;
 
 use hashbrown::HashTable;
 
+use crate::fence::WriteLog;
 use crate::pool::{Candidate, EvictionPool};
 use crate::rng::XorShift64;
 use crate::shard::{ErasedError, ShardConfig};
@@ -195,11 +196,13 @@ pub(crate) struct Table<K, V> {
     pub(crate) weight: u64,
     pub(crate) capacity: u64,
     pool: EvictionPool,
+    /// The key hashes of the shard's last plain writes, for per-key fences (`fence.rs`).
+    pub(crate) writes: WriteLog,
     rng: XorShift64,
     /// Entries read by eviction (tests: it reads `samples` plus a few pooled ones per victim,
     /// whatever the table's size; a walk anywhere on that path would show here).
     #[cfg(all(test, not(herd_loom)))]
-    pub(crate) eviction_reads: std::sync::atomic::AtomicU64,
+    pub(crate) eviction_reads: crate::sync::plain::AtomicU64,
 }
 
 /// Eviction rank from an entry's expiry and recency (see [`Table::rank`]).
@@ -229,6 +232,7 @@ fn hash_at<K: Hash, V>(
 impl<K: Eq + Hash, V> Table<K, V> {
     pub(crate) fn new(
         capacity: u64,
+        share: u64,
         pool_size: usize,
         seed: u64,
         columns: Columns,
@@ -245,9 +249,10 @@ impl<K: Eq + Hash, V> Table<K, V> {
             weight: 0,
             capacity,
             pool: EvictionPool::new(pool_size),
+            writes: WriteLog::new(share),
             rng: XorShift64::new(seed),
             #[cfg(all(test, not(herd_loom)))]
-            eviction_reads: std::sync::atomic::AtomicU64::new(0),
+            eviction_reads: crate::sync::plain::AtomicU64::new(0),
         }
     }
 

@@ -18,8 +18,9 @@
 //! calls from thread-local destructors that run after the index was handed back, share one
 //! overflow stripe with `fetch_add`.
 
+use crate::sync::Ordering;
+use crate::sync::plain::AtomicU64;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::stats::CachePadded;
 
@@ -51,6 +52,9 @@ pub(crate) struct Stripe {
     inserts: AtomicU64,
     evictions: AtomicU64,
     expirations: AtomicU64,
+    /// Lookups this thread recorded in the cache's admission sketches since it last added them
+    /// to a shard's shared record count (`admission.rs`).
+    sketch_records: AtomicU64,
 }
 
 impl Stripe {
@@ -63,7 +67,17 @@ impl Stripe {
             inserts: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             expirations: AtomicU64::new(0),
+            sketch_records: AtomicU64::new(0),
         }
+    }
+
+    /// Counts one lookup recorded in an admission sketch; returns this thread's count so far.
+    /// A plain load and store: the stripe has one writer.
+    #[inline]
+    pub(crate) fn count_sketch_record(&self) -> u64 {
+        let n = self.sketch_records.load(Ordering::Relaxed).wrapping_add(1);
+        self.sketch_records.store(n, Ordering::Relaxed);
+        n
     }
 
     /// Adds `n` to this thread's own counter: it is the stripe's only writer, so no
@@ -102,7 +116,11 @@ impl Tally {
     /// stripe (and its shard-lock mark) and the other uses the shared paths, so the models cover
     /// both kinds of reader.
     pub(crate) fn new() -> Self {
-        #[cfg(not(herd_loom))]
+        // Unit tests check which lines a hit writes from their own stripe: enough stripes that
+        // a test thread has one even while other tests' threads hold indices.
+        #[cfg(all(test, not(herd_loom)))]
+        let owned = 256;
+        #[cfg(all(not(test), not(herd_loom)))]
         let owned = std::thread::available_parallelism()
             .map_or(4, |n| n.get())
             .saturating_mul(2)
@@ -177,8 +195,9 @@ impl Tally {
 /// itself).
 #[cfg(not(herd_loom))]
 mod index {
+    use crate::sync::Ordering;
+    use crate::sync::plain::AtomicUsize;
     use std::cell::Cell;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Mutex, PoisonError};
 
     /// Stripe indices handed back by exited threads; the smallest is reused first, so long-lived

@@ -4,7 +4,8 @@
 //! Under `herd_loom` the shard's lock (built on loom's atomics, mutex and tracked cell), recency stamps, refresh gates and invalidation fences are
 //! loom types, so these models explore every interleaving of: lookups against evicting inserts and
 //! swap-removes (a reader never sees another key's slot), purges against re-inserts, a fill's
-//! fenced publish against a concurrent remove, and the one-refresh gate.
+//! fenced publish against a concurrent remove, the one-refresh gate, and inserts into different
+//! shards of a full cache drawing on its one capacity budget.
 #![cfg(herd_loom)]
 
 use std::time::Duration;
@@ -211,5 +212,37 @@ fn refresh_release_vs_claim_vs_replace() {
         assert!(writer.join().unwrap());
         assert!(!c.try_claim_refresh(&1), "a fresh entry needs no refresh");
         assert_eq!(c.get(&1), Some(11));
+    });
+}
+
+/// Two inserts race into a full two-shard cache of capacity 1 (the shards share one budget):
+/// whichever shard a key lands in, each insert makes room (in its own shard or, when that one is
+/// empty, in the other) and the cache never holds more than one entry; afterwards the budget is
+/// whole: one more insert is stored and is all the cache holds.
+#[test]
+fn inserts_into_different_shards_share_one_budget() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let c: Cache<u64, u64> = Cache::builder(128)
+            .shards(2)
+            .seed(7)
+            .samples(2)
+            .clock(clock.clone())
+            .build();
+        c.set_capacity(1);
+        c.insert(1, 10, FOREVER).unwrap();
+        let writers: Vec<_> = [2u64, 3]
+            .into_iter()
+            .map(|k| {
+                let c = c.clone();
+                thread::spawn(move || c.insert(k, k * 10, FOREVER).unwrap())
+            })
+            .collect();
+        for w in writers {
+            assert!(w.join().unwrap());
+        }
+        assert_eq!(c.len(), 1);
+        assert!(c.insert(4, 40, FOREVER).unwrap());
+        assert_eq!((c.len(), c.get(&4)), (1, Some(40)));
     });
 }

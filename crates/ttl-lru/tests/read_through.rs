@@ -3,6 +3,10 @@
 //! stale-while-revalidate with one refresh and stale-if-error, generation-fenced invalidation,
 //! clear waking everyone, wait and fill timeouts, detached fills.
 
+// The crate's `clippy.toml` keeps std's atomics out of the crate's own modules (its hit-path
+// tests log writes through its wrappers); a test counting fill runs is not one of them.
+#![allow(clippy::disallowed_types)]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -447,7 +451,7 @@ async fn waiters_time_out_but_the_fill_goes_on() {
         .get_or_try_insert(1, forever, counted(&runs, 2, SEC))
         .await
         .unwrap_err();
-    assert!(matches!(e, FetchError::TimedOut));
+    assert!(matches!(e, FetchError::WaitTimedOut));
     assert_eq!(c.stats().wait_timeouts, 1);
     assert_eq!(leader.await.unwrap().unwrap().value, 1);
     assert_eq!(c.get(&1), Some(1));
@@ -555,4 +559,85 @@ async fn invalidate_detaches_the_fill_so_later_callers_start_fresh() {
         Some(2),
         "the detached old fill did not overwrite the fresh one"
     );
+}
+
+/// Issue 17: a stale entry's refresh claimed while another fill of the key is open must not
+/// stay claimed when that fill stores nothing. Here the open fill started before a plain insert
+/// of its key, so the insert fences it; the inserted value then goes stale, a reader claims its
+/// refresh and finds the fenced fill still open. Before the fix the claim was simply disarmed,
+/// and every later reader got the stale value with no refresh until the window ended.
+#[tokio::test(start_paused = true)]
+async fn a_refresh_claimed_during_a_fill_that_stores_nothing_still_happens() {
+    let c: Cache<u64, u64> = Cache::builder(10)
+        .clock(TokioClock::new())
+        .stale_while_revalidate(Duration::from_secs(30))
+        .build();
+    let gate = Arc::new(Notify::new());
+    let (c1, f1) = (c.clone(), gated(&gate, 1));
+    let open = tokio::spawn(async move { c1.get_or_try_insert(1, forever, f1).await });
+    tokio::task::yield_now().await;
+    c.insert(1, 10, SEC).unwrap(); // fences the open fill
+    advance(Duration::from_secs(2)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let got = c
+        .get_or_try_insert(1, secs(1), counted(&runs, 2, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!((got.value, got.source), (10, Source::Stale));
+    // The open fill ends; the fence drops its value.
+    gate.notify_waiters();
+    assert_eq!(open.await.unwrap().unwrap().value, 1);
+    assert_eq!(c.stats().fenced, 1);
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+    // A later reader still gets the stale value, and now a refresh runs.
+    for _ in 0..3 {
+        let got = c
+            .get_or_try_insert(1, secs(1), counted(&runs, 2, Duration::ZERO))
+            .await
+            .unwrap();
+        assert!(matches!(got.source, Source::Stale | Source::Hit));
+        tokio::task::yield_now().await;
+    }
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "exactly one refresh ran");
+    assert_eq!(c.stats().refreshes, 1);
+    assert_eq!(c.get(&1), Some(2), "the refresh stored its value");
+}
+
+/// The same, when the open fill is abandoned (its caller dropped, nobody waiting): the claimed
+/// refresh takes the fill over instead of leaving the stale entry unrefreshed.
+#[tokio::test(start_paused = true)]
+async fn a_refresh_claimed_during_an_abandoned_fill_still_happens() {
+    let c: Cache<u64, u64> = Cache::builder(10)
+        .clock(TokioClock::new())
+        .stale_while_revalidate(Duration::from_secs(30))
+        .build();
+    let never = || std::future::pending::<Result<u64, Boom>>();
+    let c1 = c.clone();
+    let open = tokio::spawn(async move { c1.get_or_try_insert(1, forever, never).await });
+    tokio::task::yield_now().await;
+    c.insert(1, 10, SEC).unwrap();
+    advance(Duration::from_secs(2)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let got = c
+        .get_or_try_insert(1, secs(1), counted(&runs, 2, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(got.source, Source::Stale);
+    open.abort();
+    let _ = open.await;
+    for _ in 0..3 {
+        let got = c
+            .get_or_try_insert(1, secs(1), counted(&runs, 3, Duration::ZERO))
+            .await
+            .unwrap();
+        assert!(matches!(got.source, Source::Stale | Source::Hit));
+        tokio::task::yield_now().await;
+    }
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "exactly one refresh ran");
+    assert_eq!(c.stats().refreshes, 1);
+    assert!(c.get(&1).is_some(), "the refresh stored its value");
 }

@@ -1,11 +1,11 @@
-//! The registry of named caches: listing, resize by name, purge_all, shrink_all, weak holding,
+//! The registry of named caches: listing, resize by name, clear_all, shrink_all, weak holding,
 //! the maintenance task. Each test uses its own names (tests share the process-wide registry).
 
 use std::time::Duration;
 
 use ttl_lru::{Cache, ManualClock, RegistryError, registry};
 
-/// purge_all and shrink_all touch every registered cache: run these tests one at a time.
+/// clear_all and shrink_all touch every registered cache: run these tests one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn named(name: &str, capacity: u64) -> Cache<u64, u64> {
@@ -72,13 +72,13 @@ fn shrink_all_trims_every_cache_proportionally() {
 }
 
 #[test]
-fn purge_all_clears_every_cache() {
+fn clear_all_clears_every_cache() {
     let _serial = SERIAL.blocking_lock();
     let a = named("reg-purge-a", 10);
     let b: Cache<String, String> = Cache::builder(10).name("reg-purge-b").build();
     a.insert(1, 1, Duration::MAX).unwrap();
     b.insert("x".into(), "y".into(), Duration::MAX).unwrap();
-    assert!(registry::purge_all() >= 2);
+    assert!(registry::clear_all() >= 2);
     assert!(a.is_empty());
     assert!(b.is_empty());
 }
