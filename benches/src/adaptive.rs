@@ -65,6 +65,8 @@ pub struct Sketch {
     records: u64,
     sample_size: u64,
     doorkeeper: bool,
+    /// Count toward aging only records that raised a counter (as moka and Caffeine do).
+    pub count_added_only: bool,
 }
 
 impl Sketch {
@@ -83,6 +85,7 @@ impl Sketch {
             records: 0,
             sample_size: period * capacity.max(16) as u64,
             doorkeeper,
+            count_added_only: false,
         }
     }
 
@@ -113,16 +116,21 @@ impl Sketch {
         } else {
             true
         };
+        let mut added = !seen;
         if seen {
             let slots: [usize; ROWS] = std::array::from_fn(|r| self.slot(hash, r));
             let min = slots.iter().map(|&s| self.count(s)).min().unwrap_or(0);
             if min < MAX_COUNT {
+                added = true;
                 for &s in &slots {
                     if self.count(s) == min {
                         self.counters[s / PER_WORD] += 1 << ((s % PER_WORD) * 4);
                     }
                 }
             }
+        }
+        if self.count_added_only && !added {
+            return;
         }
         self.records += 1;
         if self.records == self.sample_size {
@@ -252,6 +260,54 @@ impl Ghosts {
     }
 }
 
+/// Ghosts stamped with their region's eviction count, for [`Adapt::Marginal`]: one
+/// direct-mapped table of `(fingerprint, eviction number)` per region, so the frequent
+/// evictions of one region cannot overwrite the other's ghosts.
+#[derive(Debug, Clone)]
+pub struct SeqGhosts {
+    tables: [Vec<(u32, u64)>; 2],
+    mask: usize,
+    evictions: [u64; 2],
+}
+
+impl SeqGhosts {
+    /// About `slots` ghosts per region.
+    pub fn new(slots: usize) -> Self {
+        let n = slots.max(64).next_power_of_two();
+        Self {
+            tables: [vec![(0, 0); n], vec![(0, 0); n]],
+            mask: n - 1,
+            evictions: [0; 2],
+        }
+    }
+
+    /// Records an eviction of `hash` from `kind`'s region.
+    pub fn insert(&mut self, hash: u64, kind: GhostKind) {
+        let k = usize::from(kind == GhostKind::Main);
+        self.evictions[k] += 1;
+        self.tables[k][hash as usize & self.mask] = ((hash >> 32) as u32 | 1, self.evictions[k]);
+    }
+
+    /// If `hash` left a region within the last `reach` evictions of that region: which one.
+    pub fn take(&mut self, hash: u64, reach: u64) -> Option<GhostKind> {
+        let fp = (hash >> 32) as u32 | 1;
+        for k in 0..2 {
+            let slot = &mut self.tables[k][hash as usize & self.mask];
+            if slot.0 == fp {
+                let (_, at) = std::mem::take(slot);
+                if self.evictions[k] - at < reach {
+                    return Some(if k == 1 {
+                        GhostKind::Main
+                    } else {
+                        GhostKind::Filtered
+                    });
+                }
+            }
+        }
+        None
+    }
+}
+
 /// How an adaptive parameter moves.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Adapt {
@@ -278,6 +334,18 @@ pub enum Adapt {
     Density {
         /// Sample period in multiples of the capacity.
         period: f64,
+    },
+    /// Marginal ghosts (ARC's idea, measured per region): a ghost hit counts only if the key
+    /// left its region within the last `reach x capacity` evictions *of that region*, i.e. if a
+    /// region that much larger would still have held it. A counted return of a filtered key
+    /// moves the window share up by `step` entries, of a main victim down by `step` entries.
+    /// Both regions are judged on the same extra room, so the cheap hits of a small window do
+    /// not bias it (the density signal's flaw).
+    Marginal {
+        /// How far back a ghost counts, as a share of the capacity.
+        reach: f64,
+        /// Entries moved per counted ghost hit.
+        step: f64,
     },
 }
 
@@ -331,6 +399,11 @@ pub struct Config {
     pub hit_record: u64,
     /// Ghost table slots per entry of capacity.
     pub ghost_ratio: f64,
+    /// Main victim: the least frequent (by the sketch) of this many of the oldest pooled main
+    /// candidates, ties to the oldest; 1 is plain sampled LRU.
+    pub lfu_pick: usize,
+    /// Sketch aging counts only records that raised a counter.
+    pub count_added_only: bool,
     /// The policy.
     pub mode: Mode,
 }
@@ -347,6 +420,8 @@ impl Config {
             doorkeeper: true,
             hit_record: 1,
             ghost_ratio: 1.0,
+            lfu_pick: 1,
+            count_added_only: false,
             mode,
         }
     }
@@ -429,6 +504,7 @@ pub struct Adaptive {
     clock: u64,
     sketch: Sketch,
     ghosts: Ghosts,
+    seq_ghosts: SeqGhosts,
     window_len: usize,
     /// The adaptive parameter: window share (Window) or bias (Biased).
     param: f64,
@@ -466,8 +542,18 @@ impl Adaptive {
             pools: [Pool::new(cfg.pool), Pool::new(cfg.pool)],
             rng: Rng::new(seed),
             clock: 0,
-            sketch: Sketch::new(capacity, cfg.sketch_period, cfg.doorkeeper),
+            sketch: Sketch {
+                count_added_only: cfg.count_added_only,
+                ..Sketch::new(capacity, cfg.sketch_period, cfg.doorkeeper)
+            },
             ghosts: Ghosts::new((capacity as f64 * cfg.ghost_ratio) as usize),
+            seq_ghosts: SeqGhosts::new(match cfg.mode {
+                Mode::Window {
+                    adapt: Adapt::Marginal { reach, .. },
+                    ..
+                } => (2.0 * reach * capacity as f64) as usize,
+                _ => 0,
+            }),
             window_len: 0,
             param,
             climber,
@@ -531,6 +617,31 @@ impl Adaptive {
         None
     }
 
+    /// The main victim: of the `lfu_pick` best settled main candidates, the least frequent
+    /// (the oldest among equals); the others go back to the pool.
+    fn main_victim(&mut self) -> Option<usize> {
+        let first = self.settle(MAIN)?;
+        if self.cfg.lfu_pick <= 1 || !self.uses_sketch() {
+            return Some(first);
+        }
+        let mut best = (self.sketch.frequency(self.slots[first].hash), first);
+        let mut others = Vec::new();
+        for _ in 1..self.cfg.lfu_pick {
+            let Some(c) = self.settle(MAIN) else { break };
+            let f = self.sketch.frequency(self.slots[c].hash);
+            if f < best.0 {
+                others.push(best.1);
+                best = (f, c);
+            } else {
+                others.push(c);
+            }
+        }
+        for o in others {
+            self.put_back(o);
+        }
+        Some(best.1)
+    }
+
     fn put_back(&mut self, idx: usize) {
         let e = self.slots[idx];
         let seg = if e.window { WINDOW } else { MAIN };
@@ -540,7 +651,7 @@ impl Adaptive {
     fn replace(&mut self, idx: usize, key: u64, hash: u64, window: bool, kind: GhostKind) {
         let old = self.slots[idx];
         self.index.remove(&old.key);
-        self.ghosts.insert(old.hash, kind);
+        self.ghost(old.hash, kind);
         if old.window {
             self.window_len -= 1;
         }
@@ -578,25 +689,25 @@ impl Adaptive {
         self.sample();
         match self.cfg.mode {
             Mode::Lru => {
-                let v = self.settle(MAIN).unwrap_or_else(|| self.fallback());
+                let v = self.main_victim().unwrap_or_else(|| self.fallback());
                 self.replace(v, key, hash, false, GhostKind::Main);
             }
             Mode::TinyLfu => {
-                let v = self.settle(MAIN).unwrap_or_else(|| self.fallback());
+                let v = self.main_victim().unwrap_or_else(|| self.fallback());
                 if self.sketch.frequency(hash) > self.sketch.frequency(self.slots[v].hash) {
                     self.replace(v, key, hash, false, GhostKind::Main);
                 } else {
-                    self.ghosts.insert(hash, GhostKind::Filtered);
+                    self.ghost(hash, GhostKind::Filtered);
                 }
             }
             Mode::Biased { .. } => {
-                let v = self.settle(MAIN).unwrap_or_else(|| self.fallback());
+                let v = self.main_victim().unwrap_or_else(|| self.fallback());
                 let fresh = f64::from(self.sketch.frequency(hash));
                 let old = f64::from(self.sketch.frequency(self.slots[v].hash));
                 if fresh + self.param > old {
                     self.replace(v, key, hash, false, GhostKind::Main);
                 } else {
-                    self.ghosts.insert(hash, GhostKind::Filtered);
+                    self.ghost(hash, GhostKind::Filtered);
                     self.put_back(v);
                 }
             }
@@ -604,7 +715,7 @@ impl Adaptive {
                 let target = (self.param * self.capacity as f64).round() as usize;
                 if self.window_len >= target {
                     let c = self.settle(WINDOW);
-                    let v = self.settle(MAIN);
+                    let v = self.main_victim();
                     match (c, v) {
                         (Some(c), Some(v)) => {
                             let fc = self.sketch.frequency(self.slots[c].hash);
@@ -627,7 +738,7 @@ impl Adaptive {
                                 self.replace(v, key, hash, false, GhostKind::Main);
                             } else {
                                 self.put_back(v);
-                                self.ghosts.insert(hash, GhostKind::Filtered);
+                                self.ghost(hash, GhostKind::Filtered);
                             }
                         }
                         (Some(c), None) => self.replace(c, key, hash, true, GhostKind::Filtered),
@@ -637,7 +748,7 @@ impl Adaptive {
                         }
                     }
                 } else {
-                    let v = match self.settle(MAIN) {
+                    let v = match self.main_victim() {
                         Some(v) => v,
                         None => self.settle(WINDOW).unwrap_or_else(|| self.fallback()),
                     };
@@ -645,6 +756,11 @@ impl Adaptive {
                 }
             }
         }
+    }
+
+    fn ghost(&mut self, hash: u64, kind: GhostKind) {
+        self.ghosts.insert(hash, kind);
+        self.seq_ghosts.insert(hash, kind);
     }
 
     fn adapt_on_ghost(&mut self, kind: GhostKind) {
@@ -694,6 +810,17 @@ impl Policy for Adaptive {
             if self.capacity > 0 {
                 if let Some(kind) = self.ghosts.take(hash) {
                     self.adapt_on_ghost(kind);
+                }
+                if let Mode::Window {
+                    adapt: Adapt::Marginal { reach, step },
+                    ..
+                } = self.cfg.mode
+                {
+                    let reach = (reach * self.capacity as f64).max(1.0) as u64;
+                    if let Some(kind) = self.seq_ghosts.take(hash, reach) {
+                        let by = step / self.capacity as f64;
+                        self.nudge(if kind == GhostKind::Filtered { by } else { -by });
+                    }
                 }
                 if self.slots.len() < self.capacity {
                     // While filling, the window takes its share and the rest goes to main

@@ -72,6 +72,15 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
                 };
             }
             "density" => adapt = Adapt::Density { period: f()? },
+            "marginal" => {
+                let (r, st) = v
+                    .split_once('/')
+                    .ok_or_else(|| format!("marginal wants REACH/STEP, got {v:?}"))?;
+                adapt = Adapt::Marginal {
+                    reach: r.parse().map_err(|_| format!("bad reach {r:?}"))?,
+                    step: st.parse().map_err(|_| format!("bad step {st:?}"))?,
+                };
+            }
             "min" => min = f()?,
             "max" => max = f()?,
             "k" => cfg.samples = n()? as usize,
@@ -80,6 +89,8 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "period" => cfg.sketch_period = n()?,
             "door" => cfg.doorkeeper = n()? != 0,
             "hitrec" => cfg.hit_record = n()?.max(1),
+            "added" => cfg.count_added_only = n()? != 0,
+            "lfu" => cfg.lfu_pick = n()? as usize,
             "ghosts" => cfg.ghost_ratio = f()?,
             _ => return Err(format!("unknown option {k:?}")),
         }
