@@ -404,6 +404,9 @@ pub struct Config {
     pub lfu_pick: usize,
     /// Sketch aging counts only records that raised a counter.
     pub count_added_only: bool,
+    /// A victim that wins its duel goes back to the pool (else it leaves the pool, as in the
+    /// store, and the next eviction duels another candidate).
+    pub keep_winner: bool,
     /// The policy.
     pub mode: Mode,
 }
@@ -422,6 +425,7 @@ impl Config {
             ghost_ratio: 1.0,
             lfu_pick: 1,
             count_added_only: false,
+            keep_winner: true,
             mode,
         }
     }
@@ -726,7 +730,9 @@ impl Adaptive {
                                 self.put_back(c);
                                 self.replace(v, key, hash, true, GhostKind::Main);
                             } else {
-                                self.put_back(v);
+                                if self.cfg.keep_winner {
+                                    self.put_back(v);
+                                }
                                 self.replace(c, key, hash, true, GhostKind::Filtered);
                             }
                         }
@@ -737,7 +743,9 @@ impl Adaptive {
                                 // stays at its target.
                                 self.replace(v, key, hash, false, GhostKind::Main);
                             } else {
-                                self.put_back(v);
+                                if self.cfg.keep_winner {
+                                    self.put_back(v);
+                                }
                                 self.ghost(hash, GhostKind::Filtered);
                             }
                         }

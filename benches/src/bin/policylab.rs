@@ -90,6 +90,7 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "door" => cfg.doorkeeper = n()? != 0,
             "hitrec" => cfg.hit_record = n()?.max(1),
             "added" => cfg.count_added_only = n()? != 0,
+            "keep" => cfg.keep_winner = n()? != 0,
             "lfu" => cfg.lfu_pick = n()? as usize,
             "ghosts" => cfg.ghost_ratio = f()?,
             _ => return Err(format!("unknown option {k:?}")),
