@@ -543,7 +543,12 @@ impl Adaptive {
             capacity,
             slots: Vec::with_capacity(capacity),
             index: HashMap::with_capacity_and_hasher(capacity, RandomState::with_seeds(9, 8, 7, 6)),
-            pools: [Pool::new(cfg.pool), Pool::new(cfg.pool)],
+            // Without a pool, each eviction picks the best of its own samples (a pool of the
+            // sample's size, emptied before each eviction).
+            pools: [
+                Pool::new(if cfg.pool == 0 { cfg.samples } else { cfg.pool }),
+                Pool::new(if cfg.pool == 0 { cfg.samples } else { cfg.pool }),
+            ],
             rng: Rng::new(seed),
             clock: 0,
             sketch: Sketch {
@@ -590,6 +595,9 @@ impl Adaptive {
 
     /// Reads the sample window into the per-segment pools.
     fn sample(&mut self) {
+        if self.cfg.pool == 0 {
+            self.pools.iter_mut().for_each(|p| p.entries.clear());
+        }
         let len = self.slots.len();
         let mut at = self.rng.below(len as u64) as usize;
         for _ in 0..self.cfg.samples.min(len) {
