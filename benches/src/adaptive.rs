@@ -346,6 +346,10 @@ pub enum Adapt {
         reach: f64,
         /// Entries moved per counted ghost hit.
         step: f64,
+        /// Entries the share shrinks by per eviction from the window (or refusal): with no
+        /// main ghosts to say so (a window grown to the whole cache evicts nothing from main),
+        /// only this brings a window that no longer earns its hits back down.
+        drift: f64,
     },
 }
 
@@ -404,6 +408,11 @@ pub struct Config {
     pub lfu_pick: usize,
     /// Sketch aging counts only records that raised a counter.
     pub count_added_only: bool,
+    /// Density guard for a window: every `guard x capacity` requests, if the window earned fewer
+    /// hits per entry than the main space, shrink it by Caffeine's density step (never grow it);
+    /// 0 is off. It sees what ghosts cannot: a window holding a loop earns nothing and has no
+    /// main evictions to argue against it.
+    pub guard: f64,
     /// A victim that wins its duel goes back to the pool (else it leaves the pool, as in the
     /// store, and the next eviction duels another candidate).
     pub keep_winner: bool,
@@ -426,6 +435,7 @@ impl Config {
             lfu_pick: 1,
             count_added_only: false,
             keep_winner: true,
+            guard: 0.0,
             mode,
         }
     }
@@ -777,6 +787,18 @@ impl Adaptive {
     fn ghost(&mut self, hash: u64, kind: GhostKind) {
         self.ghosts.insert(hash, kind);
         self.seq_ghosts.insert(hash, kind);
+        if let (
+            GhostKind::Filtered,
+            Mode::Window {
+                adapt: Adapt::Marginal { drift, .. },
+                ..
+            },
+        ) = (kind, self.cfg.mode)
+        {
+            if drift > 0.0 {
+                self.nudge(-drift / self.capacity as f64);
+            }
+        }
     }
 
     fn adapt_on_ghost(&mut self, kind: GhostKind) {
@@ -828,7 +850,7 @@ impl Policy for Adaptive {
                     self.adapt_on_ghost(kind);
                 }
                 if let Mode::Window {
-                    adapt: Adapt::Marginal { reach, step },
+                    adapt: Adapt::Marginal { reach, step, .. },
                     ..
                 } = self.cfg.mode
                 {
@@ -850,18 +872,24 @@ impl Policy for Adaptive {
             }
             false
         };
-        if let Mode::Window {
-            adapt: Adapt::Density { period },
-            ..
-        } = self.cfg.mode
-        {
+        let density = match self.cfg.mode {
+            Mode::Window {
+                adapt: Adapt::Density { period },
+                ..
+            } => Some((period, false)),
+            Mode::Window { .. } if self.cfg.guard > 0.0 => Some((self.cfg.guard, true)),
+            _ => None,
+        };
+        if let Some((period, shrink_only)) = density {
             self.density.0 += 1;
             if self.density.0 as f64 >= period * self.capacity as f64 {
                 let (_, wh, mh) = self.density;
                 let wlen = self.window_len.max(1) as f64;
                 let mlen = (self.slots.len() - self.window_len).max(1) as f64;
                 let e = ((wh as f64 + 0.5) / wlen / ((mh as f64 + 0.5) / mlen)).ln();
-                self.nudge(e.signum() * (0.03 * e.abs()).min(0.30));
+                if !shrink_only || e < 0.0 {
+                    self.nudge(e.signum() * (0.03 * e.abs()).min(0.30));
+                }
                 self.density = (0, 0, 0);
             }
         }

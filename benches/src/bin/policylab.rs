@@ -73,12 +73,20 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             }
             "density" => adapt = Adapt::Density { period: f()? },
             "marginal" => {
-                let (r, st) = v
-                    .split_once('/')
-                    .ok_or_else(|| format!("marginal wants REACH/STEP, got {v:?}"))?;
+                // REACH/STEP[/DRIFT]
+                let parts: Vec<&str> = v.split('/').collect();
+                let num = |i: usize| -> Result<f64, String> {
+                    parts.get(i).map_or(Ok(0.0), |p| {
+                        p.parse().map_err(|_| format!("bad number {p:?}"))
+                    })
+                };
+                if parts.len() < 2 {
+                    return Err(format!("marginal wants REACH/STEP[/DRIFT], got {v:?}"));
+                }
                 adapt = Adapt::Marginal {
-                    reach: r.parse().map_err(|_| format!("bad reach {r:?}"))?,
-                    step: st.parse().map_err(|_| format!("bad step {st:?}"))?,
+                    reach: num(0)?,
+                    step: num(1)?,
+                    drift: num(2)?,
                 };
             }
             "min" => min = f()?,
@@ -90,6 +98,7 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "door" => cfg.doorkeeper = n()? != 0,
             "hitrec" => cfg.hit_record = n()?.max(1),
             "added" => cfg.count_added_only = n()? != 0,
+            "guard" => cfg.guard = f()?,
             "keep" => cfg.keep_winner = n()? != 0,
             "lfu" => cfg.lfu_pick = n()? as usize,
             "ghosts" => cfg.ghost_ratio = f()?,
