@@ -413,6 +413,9 @@ pub struct Config {
     /// 0 is off. It sees what ghosts cannot: a window holding a loop earns nothing and has no
     /// main evictions to argue against it.
     pub guard: f64,
+    /// The guard fires only when `ln(window density / main density)` is below this (0: whenever
+    /// the window earns less per entry; -2: only when it earns under 1/e^2 as much).
+    pub guard_below: f64,
     /// A victim that wins its duel goes back to the pool (else it leaves the pool, as in the
     /// store, and the next eviction duels another candidate).
     pub keep_winner: bool,
@@ -436,6 +439,7 @@ impl Config {
             count_added_only: false,
             keep_winner: true,
             guard: 0.0,
+            guard_below: 0.0,
             mode,
         }
     }
@@ -887,7 +891,7 @@ impl Policy for Adaptive {
                 let wlen = self.window_len.max(1) as f64;
                 let mlen = (self.slots.len() - self.window_len).max(1) as f64;
                 let e = ((wh as f64 + 0.5) / wlen / ((mh as f64 + 0.5) / mlen)).ln();
-                if !shrink_only || e < 0.0 {
+                if !shrink_only || e < self.cfg.guard_below.min(0.0) {
                     self.nudge(e.signum() * (0.03 * e.abs()).min(0.30));
                 }
                 self.density = (0, 0, 0);

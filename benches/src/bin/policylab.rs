@@ -4,7 +4,7 @@
 //! more than 0.5 points behind, and the average over all cells against quick_cache's.
 //!
 //! `cargo run --release -p benches --bin policylab -- [--trace NAME]... [--cand SPEC]...
-//! [--peer-cache FILE] [--trace-dir DIR]`
+//! [--peer-cache FILE] [--trace-dir DIR] [--seed N]` (N seeds the candidates' sampling; 42)
 //!
 //! NAME: OLTP P2 P3 P6 P12 zipf0.8 zipf1.0 zipf1.2 scan shift loop (default: OLTP and the
 //! zipfs). `scan`: zipf 1.0 with a one-time scan of 200K new keys mid-way; `shift`: zipf 1.0
@@ -99,6 +99,7 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "hitrec" => cfg.hit_record = n()?.max(1),
             "added" => cfg.count_added_only = n()? != 0,
             "guard" => cfg.guard = f()?,
+            "gb" => cfg.guard_below = f()?,
             "keep" => cfg.keep_winner = n()? != 0,
             "lfu" => cfg.lfu_pick = n()? as usize,
             "ghosts" => cfg.ghost_ratio = f()?,
@@ -233,6 +234,7 @@ fn main() {
     let mut cands: Vec<(String, Config)> = Vec::new();
     let mut peer_cache_path = None;
     let mut dirs = trace_dirs();
+    let mut seed = 42u64;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -246,6 +248,12 @@ fn main() {
                         usage()
                     }
                 }
+            }
+            "--seed" => {
+                seed = args
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_else(|| usage())
             }
             "--peer-cache" => {
                 peer_cache_path = Some(PathBuf::from(args.next().unwrap_or_else(|| usage())))
@@ -316,7 +324,7 @@ fn main() {
         for (ci, (spec, cfg)) in cands.iter().enumerate() {
             print!("| {spec} |");
             for (i, &size) in w.sizes.iter().enumerate() {
-                let mut model = Adaptive::new(size, *cfg, 42);
+                let mut model = Adaptive::new(size, *cfg, seed);
                 let v = simulate(&mut model, (w.keys)(size)).percent();
                 print!(" {v:.2} ({:+.2}) p={:.3} |", v - best[i], model.param());
                 let cell = if w.sizes.len() > 1 {
