@@ -531,6 +531,8 @@ pub struct Adaptive {
     hits_seen: u64,
     /// Density climber: requests, window hits and main hits this period.
     density: (u64, u64, u64),
+    /// Counted marginal ghost hits so far: (filtered, main).
+    pub ghost_hits: (u64, u64),
 }
 
 impl Adaptive {
@@ -583,6 +585,7 @@ impl Adaptive {
             hasher: RandomState::with_seeds(1, 1, 2, 3),
             hits_seen: 0,
             density: (0, 0, 0),
+            ghost_hits: (0, 0),
         }
     }
 
@@ -860,6 +863,11 @@ impl Policy for Adaptive {
                 {
                     let reach = (reach * self.capacity as f64).max(1.0) as u64;
                     if let Some(kind) = self.seq_ghosts.take(hash, reach) {
+                        if kind == GhostKind::Filtered {
+                            self.ghost_hits.0 += 1;
+                        } else {
+                            self.ghost_hits.1 += 1;
+                        }
                         let by = step / self.capacity as f64;
                         self.nudge(if kind == GhostKind::Filtered { by } else { -by });
                     }
