@@ -13,8 +13,14 @@
 //! SPEC: a mode (`lru`, `tinylfu`, `bias`, `win`) and comma-separated options: `init=F`,
 //! `ghost=F` (ARC-style step per ghost hit), `climb=PERIOD/STEP` (Caffeine's hill climber),
 //! `min=F`, `max=F` (window share bounds), `k=N`, `pool=N`, `res=N`, `period=N` (sketch aging,
-//! x capacity), `door=0|1`, `hitrec=N` (record 1 hit in N), `ghosts=F` (ghost slots per entry).
-//! Example: `--cand win,init=0.01,ghost=0.002`.
+//! x capacity), `door=0|1`, `hitrec=N` (record 1 hit in N), `ghosts=F` (ghost slots per entry),
+//! `density=PERIOD` (Caffeine's density climber), `marginal=REACH/STEP[/DRIFT]` (per-region
+//! marginal ghosts), `guard=PERIOD` and `gb=F` (shrink-only density guard and its threshold),
+//! `keep=0|1` (a duel-winning victim stays pooled), `lfu=N` (least frequent of the N oldest
+//! main candidates), `added=0|1` (sketch aging counts only raising records).
+//! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
+//! candidate this lab recommends (the same as
+//! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64`).
 //!
 //! The peers' results do not depend on the candidates: `--peer-cache FILE` stores them and reuses
 //! them (moka's hashing is randomly seeded, so its cells move by up to about 0.4 point a run).
@@ -41,6 +47,9 @@ fn usage() -> ! {
 }
 
 fn parse_spec(spec: &str) -> Result<Config, String> {
+    if spec == "best" {
+        return Ok(Config::recommended());
+    }
     let mut parts = spec.split(',');
     let mode = parts.next().unwrap_or_default();
     let mut cfg = Config::store(Mode::Lru);
