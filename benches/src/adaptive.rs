@@ -416,6 +416,12 @@ pub struct Config {
     /// The guard fires only when `ln(window density / main density)` is below this (0: whenever
     /// the window earns less per entry; -2: only when it earns under 1/e^2 as much).
     pub guard_below: f64,
+    /// Sampled SLRU in the main space: a main entry hit since it joined is protected (ranks
+    /// after every unprotected one); while protected entries exceed 80% of the main space, each
+    /// eviction demotes the oldest protected entry of its sample.
+    pub slru: bool,
+    /// The protected share of the main space above which SLRU demotes (Caffeine: 0.8).
+    pub slru_share: f64,
     /// A victim that wins its duel goes back to the pool (else it leaves the pool, as in the
     /// store, and the next eviction duels another candidate).
     pub keep_winner: bool,
@@ -438,6 +444,8 @@ impl Config {
             lfu_pick: 1,
             count_added_only: false,
             keep_winner: true,
+            slru: false,
+            slru_share: 0.8,
             guard: 0.0,
             guard_below: 0.0,
             mode,
@@ -476,6 +484,15 @@ struct Entry {
     hash: u64,
     stamp: u64,
     window: bool,
+    /// Hit while in the main space (sampled SLRU; only with `Config::slru`).
+    protected: bool,
+}
+
+impl Entry {
+    /// Eviction rank: recency, with protected main entries after every probation one.
+    fn rank(&self) -> u64 {
+        self.stamp + (u64::from(self.protected) << 40)
+    }
 }
 
 const MAIN: usize = 0;
@@ -558,6 +575,7 @@ pub struct Adaptive {
     density: (u64, u64, u64),
     /// Counted marginal ghost hits so far: (filtered, main).
     pub ghost_hits: (u64, u64),
+    protected_len: usize,
 }
 
 impl Adaptive {
@@ -611,6 +629,7 @@ impl Adaptive {
             hits_seen: 0,
             density: (0, 0, 0),
             ghost_hits: (0, 0),
+            protected_len: 0,
         }
     }
 
@@ -642,10 +661,27 @@ impl Adaptive {
         }
         let len = self.slots.len();
         let mut at = self.rng.below(len as u64) as usize;
+        if self.cfg.slru
+            && self.protected_len as f64 > (len - self.window_len) as f64 * self.cfg.slru_share
+        {
+            let mut oldest: Option<usize> = None;
+            let mut i = at;
+            for _ in 0..self.cfg.samples.min(len) {
+                let e = &self.slots[i];
+                if e.protected && oldest.is_none_or(|o| e.stamp < self.slots[o].stamp) {
+                    oldest = Some(i);
+                }
+                i = if i + 1 == len { 0 } else { i + 1 };
+            }
+            if let Some(o) = oldest {
+                self.slots[o].protected = false;
+                self.protected_len -= 1;
+            }
+        }
         for _ in 0..self.cfg.samples.min(len) {
             let e = &self.slots[at];
             let seg = if e.window { WINDOW } else { MAIN };
-            self.pools[seg].offer(e.stamp, at as u32);
+            self.pools[seg].offer(e.rank(), at as u32);
             at += 1;
             if at == len {
                 at = 0;
@@ -660,13 +696,14 @@ impl Adaptive {
             if (e.window as usize) != seg {
                 // Moved segment since pooled (promoted, or refilled by a newcomer).
                 let other = if e.window { WINDOW } else { MAIN };
-                self.pools[other].offer(e.stamp, idx);
+                self.pools[other].offer(e.rank(), idx);
                 continue;
             }
-            if e.stamp <= rank || self.pools[seg].best_rank().is_none_or(|b| e.stamp <= b) {
+            let r = e.rank();
+            if r <= rank || self.pools[seg].best_rank().is_none_or(|b| r <= b) {
                 return Some(idx as usize);
             }
-            self.pools[seg].offer(e.stamp, idx);
+            self.pools[seg].offer(r, idx);
         }
         None
     }
@@ -699,11 +736,14 @@ impl Adaptive {
     fn put_back(&mut self, idx: usize) {
         let e = self.slots[idx];
         let seg = if e.window { WINDOW } else { MAIN };
-        self.pools[seg].offer(e.stamp, idx as u32);
+        self.pools[seg].offer(e.rank(), idx as u32);
     }
 
     fn replace(&mut self, idx: usize, key: u64, hash: u64, window: bool, kind: GhostKind) {
         let old = self.slots[idx];
+        if old.protected {
+            self.protected_len -= 1;
+        }
         self.index.remove(&old.key);
         self.ghost(old.hash, kind);
         if old.window {
@@ -717,6 +757,7 @@ impl Adaptive {
             hash,
             stamp: self.clock,
             window,
+            protected: false,
         };
         self.index.insert(key, idx as u32);
     }
@@ -728,6 +769,7 @@ impl Adaptive {
             hash,
             stamp: self.clock,
             window,
+            protected: false,
         });
         if window {
             self.window_len += 1;
@@ -862,6 +904,10 @@ impl Policy for Adaptive {
                 self.density.1 += 1;
             } else {
                 self.density.2 += 1;
+            }
+            if self.cfg.slru && !e.window && !e.protected {
+                e.protected = true;
+                self.protected_len += 1;
             }
             if self.clock - e.stamp >= self.cfg.resolution {
                 e.stamp = self.clock;

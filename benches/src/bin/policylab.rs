@@ -109,6 +109,8 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "added" => cfg.count_added_only = n()? != 0,
             "guard" => cfg.guard = f()?,
             "gb" => cfg.guard_below = f()?,
+            "slru" => cfg.slru = n()? != 0,
+            "share" => cfg.slru_share = f()?,
             "keep" => cfg.keep_winner = n()? != 0,
             "lfu" => cfg.lfu_pick = n()? as usize,
             "ghosts" => cfg.ghost_ratio = f()?,
