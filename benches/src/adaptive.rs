@@ -458,11 +458,13 @@ impl Config {
     /// (10 adjacent + pool 16) and sketch (doorkeeper; aging at 64 x capacity instead of 32), a
     /// window whose share starts at 0 and moves by one entry per marginal ghost hit (reach 5% of
     /// the capacity in each region's own evictions), a shrink-only density guard checked every
-    /// `capacity` requests, and a duel-winning victim that leaves the pool as in the store.
+    /// `capacity` requests, a duel-winning victim that leaves the pool as in the store, and a
+    /// sampled SLRU main space (protected after a main hit, 80% protected at most).
     pub fn recommended() -> Self {
         Self {
             sketch_period: 64,
             keep_winner: false,
+            slru: true,
             guard: 1.0,
             ..Self::store(Mode::Window {
                 init: 0.0,

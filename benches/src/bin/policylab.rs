@@ -16,11 +16,12 @@
 //! x capacity), `door=0|1`, `hitrec=N` (record 1 hit in N), `ghosts=F` (ghost slots per entry),
 //! `density=PERIOD` (Caffeine's density climber), `marginal=REACH/STEP[/DRIFT]` (per-region
 //! marginal ghosts), `guard=PERIOD` and `gb=F` (shrink-only density guard and its threshold),
-//! `keep=0|1` (a duel-winning victim stays pooled), `lfu=N` (least frequent of the N oldest
+//! `keep=0|1` (a duel-winning victim stays pooled), `slru=0|1` and `share=F` (sampled SLRU
+//! main space and its protected share), `lfu=N` (least frequent of the N oldest
 //! main candidates), `added=0|1` (sketch aging counts only raising records).
 //! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
 //! candidate this lab recommends (the same as
-//! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64`).
+//! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`).
 //!
 //! The peers' results do not depend on the candidates: `--peer-cache FILE` stores them and reuses
 //! them (moka's hashing is randomly seeded, so its cells move by up to about 0.4 point a run).
