@@ -401,6 +401,15 @@ pub struct Config {
     pub doorkeeper: bool,
     /// Record one hit in this many in the sketch (misses always); 1 records every hit.
     pub hit_record: u64,
+    /// Hits go to a buffer of this many hashes instead of the sketch, drained into the sketch
+    /// at the next miss (the insert path, which holds the shard's write lock anyway); hits that
+    /// find it full are dropped, as Caffeine's read buffer drops them. 0 records at once. This is
+    /// the store's way to keep the sketch's writes off the hit path (a per-thread buffer).
+    pub hit_buffer: usize,
+    /// Estimate the protected share from the eviction samples (a moving average of the
+    /// protected fraction of sampled main entries) instead of an exact count, as a store that
+    /// counts nothing on a hit must.
+    pub slru_sampled_share: bool,
     /// Ghost table slots per entry of capacity.
     pub ghost_ratio: f64,
     /// Main victim: the least frequent (by the sketch) of this many of the oldest pooled main
@@ -440,6 +449,8 @@ impl Config {
             sketch_period: 32,
             doorkeeper: true,
             hit_record: 1,
+            hit_buffer: 0,
+            slru_sampled_share: false,
             ghost_ratio: 1.0,
             lfu_pick: 1,
             count_added_only: false,
@@ -578,6 +589,10 @@ pub struct Adaptive {
     /// Counted marginal ghost hits so far: (filtered, main).
     pub ghost_hits: (u64, u64),
     protected_len: usize,
+    /// Buffered hit hashes (see `Config::hit_buffer`).
+    pending: Vec<u64>,
+    /// Moving average of the protected fraction of sampled main entries.
+    protected_share: f64,
 }
 
 impl Adaptive {
@@ -632,6 +647,8 @@ impl Adaptive {
             density: (0, 0, 0),
             ghost_hits: (0, 0),
             protected_len: 0,
+            pending: Vec::new(),
+            protected_share: 0.0,
         }
     }
 
@@ -663,9 +680,24 @@ impl Adaptive {
         }
         let len = self.slots.len();
         let mut at = self.rng.below(len as u64) as usize;
-        if self.cfg.slru
-            && self.protected_len as f64 > (len - self.window_len) as f64 * self.cfg.slru_share
-        {
+        let over = if self.cfg.slru_sampled_share {
+            let (mut main, mut protected) = (0u32, 0u32);
+            let mut i = at;
+            for _ in 0..self.cfg.samples.min(len) {
+                let e = &self.slots[i];
+                main += u32::from(!e.window);
+                protected += u32::from(e.protected);
+                i = if i + 1 == len { 0 } else { i + 1 };
+            }
+            if main > 0 {
+                let f = f64::from(protected) / f64::from(main);
+                self.protected_share += (f - self.protected_share) / 64.0;
+            }
+            self.protected_share > self.cfg.slru_share
+        } else {
+            self.protected_len as f64 > (len - self.window_len) as f64 * self.cfg.slru_share
+        };
+        if self.cfg.slru && over {
             let mut oldest: Option<usize> = None;
             let mut i = at;
             for _ in 0..self.cfg.samples.min(len) {
@@ -914,7 +946,11 @@ impl Policy for Adaptive {
             if self.clock - e.stamp >= self.cfg.resolution {
                 e.stamp = self.clock;
             }
-            if self.uses_sketch() {
+            if self.uses_sketch() && self.cfg.hit_buffer > 0 {
+                if self.pending.len() < self.cfg.hit_buffer {
+                    self.pending.push(hash);
+                }
+            } else if self.uses_sketch() {
                 self.hits_seen += 1;
                 if self.hits_seen % self.cfg.hit_record == 0 {
                     self.sketch.record(hash);
@@ -923,6 +959,9 @@ impl Policy for Adaptive {
             true
         } else {
             if self.uses_sketch() {
+                for h in std::mem::take(&mut self.pending) {
+                    self.sketch.record(h);
+                }
                 self.sketch.record(hash);
             }
             if self.capacity > 0 {
