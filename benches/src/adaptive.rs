@@ -429,6 +429,10 @@ pub struct Config {
     /// after every unprotected one); while protected entries exceed 80% of the main space, each
     /// eviction demotes the oldest protected entry of its sample.
     pub slru: bool,
+    /// Scale the marginal-ghost step with the capacity: `step x max(1, capacity / 1000)`
+    /// entries per counted ghost hit (so a large cache moves its window as fast, in share, as a
+    /// 1,000-entry one).
+    pub scale_step: bool,
     /// The protected share of the main space above which SLRU demotes (Caffeine: 0.8).
     pub slru_share: f64,
     /// A victim that wins its duel goes back to the pool (else it leaves the pool, as in the
@@ -457,6 +461,7 @@ impl Config {
             keep_winner: true,
             slru: false,
             slru_share: 0.8,
+            scale_step: false,
             guard: 0.0,
             guard_below: 0.0,
             mode,
@@ -980,7 +985,12 @@ impl Policy for Adaptive {
                         } else {
                             self.ghost_hits.1 += 1;
                         }
-                        let by = step / self.capacity as f64;
+                        let scale = if self.cfg.scale_step {
+                            (self.capacity as f64 / 1000.0).max(1.0)
+                        } else {
+                            1.0
+                        };
+                        let by = step * scale / self.capacity as f64;
                         self.nudge(if kind == GhostKind::Filtered { by } else { -by });
                     }
                 }

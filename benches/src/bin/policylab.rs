@@ -18,7 +18,7 @@
 //! marginal ghosts), `guard=PERIOD` and `gb=F` (shrink-only density guard and its threshold),
 //! `keep=0|1` (a duel-winning victim stays pooled), `slru=0|1` and `share=F` (sampled SLRU
 //! main space and its protected share), `sshare=0|1` (that share estimated from the samples),
-//! `hitbuf=N` (hits buffered, N at most, into the sketch at the next miss), `lfu=N` (least frequent of the N oldest
+//! `scale=0|1` (marginal step x capacity/1000), `hitbuf=N` (hits buffered, N at most, into the sketch at the next miss), `lfu=N` (least frequent of the N oldest
 //! main candidates), `added=0|1` (sketch aging counts only raising records).
 //! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
 //! candidate this lab recommends (the same as
@@ -115,6 +115,7 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "share" => cfg.slru_share = f()?,
             "hitbuf" => cfg.hit_buffer = n()? as usize,
             "sshare" => cfg.slru_sampled_share = n()? != 0,
+            "scale" => cfg.scale_step = n()? != 0,
             "keep" => cfg.keep_winner = n()? != 0,
             "lfu" => cfg.lfu_pick = n()? as usize,
             "ghosts" => cfg.ghost_ratio = f()?,
