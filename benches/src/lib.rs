@@ -18,6 +18,7 @@
 //! assert_eq!(result.requests, 6);
 //! ```
 
+pub mod adaptive;
 pub mod fanout;
 pub mod policy;
 pub mod rng;

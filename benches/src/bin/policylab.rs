@@ -1,0 +1,386 @@
+//! Policy lab (issue 17): runs candidate sampled eviction policies (`benches::adaptive`) side by
+//! side with exact LRU, quick_cache and moka's TinyLFU, and prints every cell with its distance
+//! to the best of those three peers, then a summary per candidate: the worst cell, the cells
+//! more than 0.5 points behind, and the average over all cells against quick_cache's.
+//!
+//! `cargo run --release -p benches --bin policylab -- [--trace NAME]... [--cand SPEC]...
+//! [--peer-cache FILE] [--trace-dir DIR] [--seed N]` (N seeds the candidates' sampling; 42)
+//!
+//! NAME: OLTP P2 P3 P6 P12 zipf0.8 zipf1.0 zipf1.2 scan shift loop (default: OLTP and the
+//! zipfs). `scan`: zipf 1.0 with a one-time scan of 200K new keys mid-way; `shift`: zipf 1.0
+//! whose popular keys change every 100K requests; `loop`: a loop 10% longer than the cache.
+//!
+//! SPEC: a mode (`lru`, `tinylfu`, `bias`, `win`) and comma-separated options: `init=F`,
+//! `ghost=F` (ARC-style step per ghost hit), `climb=PERIOD/STEP` (Caffeine's hill climber),
+//! `min=F`, `max=F` (window share bounds), `k=N`, `pool=N`, `res=N`, `period=N` (sketch aging,
+//! x capacity), `door=0|1`, `hitrec=N` (record 1 hit in N), `ghosts=F` (ghost slots per entry),
+//! `density=PERIOD` (Caffeine's density climber), `marginal=REACH/STEP[/DRIFT]` (per-region
+//! marginal ghosts), `guard=PERIOD` and `gb=F` (shrink-only density guard and its threshold),
+//! `keep=0|1` (a duel-winning victim stays pooled), `slru=0|1` and `share=F` (sampled SLRU
+//! main space and its protected share), `sshare=0|1` (that share estimated from the samples),
+//! `scale=0|1` (marginal step x capacity/1000), `hitbuf=N` (hits buffered, N at most, into the sketch at the next miss), `lfu=N` (least frequent of the N oldest
+//! main candidates), `added=0|1` (sketch aging counts only raising records).
+//! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
+//! candidate this lab recommends (the same as
+//! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`).
+//!
+//! The peers' results do not depend on the candidates: `--peer-cache FILE` stores them and reuses
+//! them (moka's hashing is randomly seeded, so its cells move by up to about 0.4 point a run).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+use benches::adaptive::{Adapt, Adaptive, Config, Mode};
+use benches::policy::{ExactLru, MokaSync, Policy, QuickCache, SimResult, simulate};
+use benches::trace::{ARC_TRACES, ArcTrace, trace_dirs};
+use benches::zipf::Zipf;
+
+const PEERS: [&str; 3] = ["exact LRU", "quick_cache", "moka TinyLFU"];
+const ZIPF_KEYS: u64 = 100_000;
+const ZIPF_SEED: u64 = 0x5EED;
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: policylab [--trace NAME]... [--cand SPEC]... [--peer-cache FILE] [--trace-dir DIR]\n\
+         (see the module docs for NAME and SPEC)"
+    );
+    std::process::exit(2)
+}
+
+fn parse_spec(spec: &str) -> Result<Config, String> {
+    if spec == "best" {
+        return Ok(Config::recommended());
+    }
+    let mut parts = spec.split(',');
+    let mode = parts.next().unwrap_or_default();
+    let mut cfg = Config::store(Mode::Lru);
+    let mut init = None;
+    let mut adapt = Adapt::Fixed;
+    let (mut min, mut max) = (0.0, 1.0);
+    for opt in parts {
+        let (k, v) = opt
+            .split_once('=')
+            .ok_or_else(|| format!("option {opt:?} is not KEY=VALUE"))?;
+        let f = || {
+            v.parse::<f64>()
+                .map_err(|_| format!("bad number in {opt:?}"))
+        };
+        let n = || {
+            v.parse::<u64>()
+                .map_err(|_| format!("bad integer in {opt:?}"))
+        };
+        match k {
+            "init" => init = Some(f()?),
+            "ghost" => adapt = Adapt::Ghost { step: f()? },
+            "climb" => {
+                let (p, s) = v
+                    .split_once('/')
+                    .ok_or_else(|| format!("climb wants PERIOD/STEP, got {v:?}"))?;
+                adapt = Adapt::Climb {
+                    period: p.parse().map_err(|_| format!("bad period {p:?}"))?,
+                    step: s.parse().map_err(|_| format!("bad step {s:?}"))?,
+                };
+            }
+            "density" => adapt = Adapt::Density { period: f()? },
+            "marginal" => {
+                // REACH/STEP[/DRIFT]
+                let parts: Vec<&str> = v.split('/').collect();
+                let num = |i: usize| -> Result<f64, String> {
+                    parts.get(i).map_or(Ok(0.0), |p| {
+                        p.parse().map_err(|_| format!("bad number {p:?}"))
+                    })
+                };
+                if parts.len() < 2 {
+                    return Err(format!("marginal wants REACH/STEP[/DRIFT], got {v:?}"));
+                }
+                adapt = Adapt::Marginal {
+                    reach: num(0)?,
+                    step: num(1)?,
+                    drift: num(2)?,
+                };
+            }
+            "min" => min = f()?,
+            "max" => max = f()?,
+            "k" => cfg.samples = n()? as usize,
+            "pool" => cfg.pool = n()? as usize,
+            "res" => cfg.resolution = n()?,
+            "period" => cfg.sketch_period = n()?,
+            "door" => cfg.doorkeeper = n()? != 0,
+            "hitrec" => cfg.hit_record = n()?.max(1),
+            "added" => cfg.count_added_only = n()? != 0,
+            "guard" => cfg.guard = f()?,
+            "gb" => cfg.guard_below = f()?,
+            "slru" => cfg.slru = n()? != 0,
+            "share" => cfg.slru_share = f()?,
+            "hitbuf" => cfg.hit_buffer = n()? as usize,
+            "sshare" => cfg.slru_sampled_share = n()? != 0,
+            "scale" => cfg.scale_step = n()? != 0,
+            "keep" => cfg.keep_winner = n()? != 0,
+            "lfu" => cfg.lfu_pick = n()? as usize,
+            "ghosts" => cfg.ghost_ratio = f()?,
+            _ => return Err(format!("unknown option {k:?}")),
+        }
+    }
+    cfg.mode = match mode {
+        "lru" => Mode::Lru,
+        "tinylfu" => Mode::TinyLfu,
+        "bias" => Mode::Biased {
+            init: init.unwrap_or(0.0),
+            adapt,
+        },
+        "win" => Mode::Window {
+            init: init.unwrap_or(0.01),
+            adapt,
+            min,
+            max,
+        },
+        other => return Err(format!("unknown mode {other:?}")),
+    };
+    Ok(cfg)
+}
+
+/// A workload: its cache sizes and its keys at each size.
+struct Workload {
+    name: String,
+    sizes: Vec<usize>,
+    keys: Box<dyn Fn(usize) -> Box<dyn Iterator<Item = u64>>>,
+}
+
+fn zipf_keys(s: f64, count: usize) -> Vec<u64> {
+    Zipf::new(ZIPF_KEYS, s)
+        .expect("valid zipf")
+        .keys(count, ZIPF_SEED)
+}
+
+fn load(name: &str, dirs: &[PathBuf]) -> Result<Workload, String> {
+    let shared = |keys: Vec<u64>| -> Box<dyn Fn(usize) -> Box<dyn Iterator<Item = u64>>> {
+        let keys = std::rc::Rc::new(keys);
+        Box::new(move |_| {
+            let keys = keys.clone();
+            Box::new((0..keys.len()).map(move |i| keys[i]))
+        })
+    };
+    let zipf_sizes = vec![1_000, 10_000];
+    let w = |sizes: Vec<usize>, keys| Workload {
+        name: name.to_owned(),
+        sizes,
+        keys,
+    };
+    if let Some(exp) = name.strip_prefix("zipf") {
+        let s: f64 = exp.parse().map_err(|_| format!("bad exponent {name:?}"))?;
+        return Ok(w(zipf_sizes, shared(zipf_keys(s, 2_000_000))));
+    }
+    match name {
+        "scan" => {
+            // 1M zipf requests, 200K never-seen keys in a row, 1M more zipf requests.
+            let mut keys = zipf_keys(1.0, 2_000_000);
+            let scan: Vec<u64> = (0..200_000u64).map(|i| 1_000_000_000 + i).collect();
+            keys.splice(1_000_000..1_000_000, scan);
+            return Ok(w(zipf_sizes, shared(keys)));
+        }
+        "shift" => {
+            // The popular keys move to a fresh set every 100K requests.
+            let keys = zipf_keys(1.0, 2_000_000)
+                .into_iter()
+                .enumerate()
+                .map(|(i, k)| k + (i as u64 / 100_000) * 10_000_000)
+                .collect();
+            return Ok(w(zipf_sizes, shared(keys)));
+        }
+        "loop" => {
+            // A loop 10% longer than the cache, 1M requests.
+            return Ok(w(
+                zipf_sizes,
+                Box::new(|size| {
+                    let len = (size + size / 10) as u64;
+                    Box::new((0..1_000_000u64).map(move |i| i % len))
+                }),
+            ));
+        }
+        _ => {}
+    }
+    if !ARC_TRACES.contains(&name) {
+        return Err(format!("unknown workload {name:?}"));
+    }
+    let trace = ArcTrace::load_from(name, dirs).map_err(|e| e.to_string())?;
+    let sizes = if name == "OLTP" {
+        vec![1_000, 2_000, 5_000, 10_000, 15_000]
+    } else {
+        vec![32_768]
+    };
+    Ok(w(sizes, shared(trace.keys().collect())))
+}
+
+fn peer(name: &str, size: usize) -> Box<dyn Policy> {
+    match name {
+        "exact LRU" => Box::new(ExactLru::new(size)),
+        "quick_cache" => Box::new(QuickCache::new(size)),
+        "moka TinyLFU" => Box::new(MokaSync::tiny_lfu(size as u64)),
+        _ => unreachable!(),
+    }
+}
+
+type PeerCache = HashMap<(String, usize, String), SimResult>;
+
+fn read_cache(path: &Option<PathBuf>) -> PeerCache {
+    let mut cache = PeerCache::new();
+    let Some(text) = path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) else {
+        return cache;
+    };
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        if let [w, s, p, h, r] = f[..] {
+            if let (Ok(s), Ok(h), Ok(r)) = (s.parse(), h.parse(), r.parse()) {
+                cache.insert(
+                    (w.to_owned(), s, p.to_owned()),
+                    SimResult {
+                        hits: h,
+                        requests: r,
+                    },
+                );
+            }
+        }
+    }
+    cache
+}
+
+fn main() {
+    let mut traces = Vec::new();
+    let mut cands: Vec<(String, Config)> = Vec::new();
+    let mut peer_cache_path = None;
+    let mut dirs = trace_dirs();
+    let mut seed = 42u64;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--trace" => traces.push(args.next().unwrap_or_else(|| usage())),
+            "--cand" => {
+                let spec = args.next().unwrap_or_else(|| usage());
+                match parse_spec(&spec) {
+                    Ok(c) => cands.push((spec, c)),
+                    Err(e) => {
+                        eprintln!("{e}");
+                        usage()
+                    }
+                }
+            }
+            "--seed" => {
+                seed = args
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_else(|| usage())
+            }
+            "--peer-cache" => {
+                peer_cache_path = Some(PathBuf::from(args.next().unwrap_or_else(|| usage())))
+            }
+            "--trace-dir" => dirs.insert(0, PathBuf::from(args.next().unwrap_or_else(|| usage()))),
+            _ => usage(),
+        }
+    }
+    if traces.is_empty() {
+        traces = ["OLTP", "zipf0.8", "zipf1.0", "zipf1.2"]
+            .map(String::from)
+            .to_vec();
+    }
+    let mut peer_cache = read_cache(&peer_cache_path);
+    // Per candidate: (cell, candidate %, best peer %, quick_cache %).
+    let mut summary: Vec<Vec<(String, f64, f64, f64)>> = vec![Vec::new(); cands.len()];
+    for name in &traces {
+        let w = match load(name, &dirs) {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(1)
+            }
+        };
+        let mut peer_rows: Vec<Vec<f64>> = Vec::new();
+        for p in PEERS {
+            let mut row = Vec::new();
+            for &size in &w.sizes {
+                let key = (w.name.clone(), size, p.to_owned());
+                let r = match peer_cache.get(&key) {
+                    Some(r) => *r,
+                    None => {
+                        let r = simulate(peer(p, size).as_mut(), (w.keys)(size));
+                        peer_cache.insert(key, r);
+                        if let Some(path) = &peer_cache_path {
+                            let mut f = std::fs::OpenOptions::new()
+                                .create(true)
+                                .append(true)
+                                .open(path)
+                                .expect("peer cache file");
+                            writeln!(f, "{}\t{size}\t{p}\t{}\t{}", w.name, r.hits, r.requests)
+                                .expect("write peer cache");
+                        }
+                        r
+                    }
+                };
+                row.push(r.percent());
+            }
+            peer_rows.push(row);
+        }
+        let best: Vec<f64> = (0..w.sizes.len())
+            .map(|i| peer_rows.iter().map(|r| r[i]).fold(f64::MIN, f64::max))
+            .collect();
+        println!("### {}\n", w.name);
+        print!("| policy |");
+        w.sizes.iter().for_each(|s| print!(" {s} |"));
+        println!();
+        print!("|---|");
+        w.sizes.iter().for_each(|_| print!("---:|"));
+        println!();
+        for (p, row) in PEERS.iter().zip(&peer_rows) {
+            print!("| {p} |");
+            for (i, v) in row.iter().enumerate() {
+                print!(" {v:.2} ({:+.2}) |", v - best[i]);
+            }
+            println!();
+        }
+        for (ci, (spec, cfg)) in cands.iter().enumerate() {
+            print!("| {spec} |");
+            for (i, &size) in w.sizes.iter().enumerate() {
+                let mut model = Adaptive::new(size, *cfg, seed);
+                let v = simulate(&mut model, (w.keys)(size)).percent();
+                print!(" {v:.2} ({:+.2}) p={:.3} |", v - best[i], model.param());
+                let cell = if w.sizes.len() > 1 {
+                    format!("{} {size}", w.name)
+                } else {
+                    w.name.clone()
+                };
+                summary[ci].push((cell, v, best[i], peer_rows[1][i]));
+            }
+            println!();
+            let _ = std::io::stdout().flush();
+        }
+        println!();
+    }
+    println!("### summary (cells: candidate minus the best peer)\n");
+    for ((spec, _), cells) in cands.iter().zip(&summary) {
+        let worst =
+            cells
+                .iter()
+                .map(|(c, v, b, _)| (v - b, c))
+                .fold(
+                    (f64::MAX, None),
+                    |acc, (d, c)| {
+                        if d < acc.0 { (d, Some(c)) } else { acc }
+                    },
+                );
+        let misses: Vec<String> = cells
+            .iter()
+            .filter(|(_, v, b, _)| v - b < -0.5)
+            .map(|(c, v, b, _)| format!("{c} {:+.2}", v - b))
+            .collect();
+        let n = cells.len() as f64;
+        let avg: f64 = cells.iter().map(|c| c.1).sum::<f64>() / n;
+        let qc: f64 = cells.iter().map(|c| c.3).sum::<f64>() / n;
+        println!(
+            "- {spec}: worst {:+.2} ({}), misses: [{}], average {avg:.2} vs quick_cache {qc:.2} ({:+.2})",
+            worst.0,
+            worst.1.map_or("-", |c| c.as_str()),
+            misses.join(", "),
+            avg - qc
+        );
+    }
+}
