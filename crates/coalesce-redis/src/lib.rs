@@ -48,3 +48,9 @@ pub mod test_server;
 pub use backplane::BackplaneStats;
 pub use lease::{ConfigError, RedisLease, RedisLeaseBuilder};
 pub use second_level::{REDIS_MAX_VALUE_LEN, RedisSecondLevel, RedisSecondLevelBuilder};
+
+/// The user guide's fleet recipe (`docs/guide/fleet.md`), compiled and run as a doc test so that
+/// it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide/fleet.md")]
+pub struct FleetRecipe;
