@@ -447,6 +447,70 @@ async fn fill_errors_go_through_l2_with_a_negative_codec_and_are_fenced() {
     assert_eq!(a.stats().fenced_writes, 1);
 }
 
+/// A tier with a stale-while-revalidate window over the shared L2 and lease.
+fn leased_swr(l2: &MemorySecondLevel, lease: &Arc<MemoryLease>) -> Tier {
+    let cache = Cache::builder(1000)
+        .clock(TokioClock::new())
+        .stale_while_revalidate(Duration::from_secs(60))
+        .build();
+    TieredCache::builder(cache, Arc::new(l2.clone()), StringCodec, U64Codec)
+        .lease(
+            DistributedGroup::builder(lease.clone())
+                .ttl(Duration::from_secs(30))
+                .poll_interval(Duration::from_millis(10)),
+        )
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_stands_down_while_another_process_holds_the_lease_and_serves_stale() {
+    use coalesce::{Acquire, FillLease};
+    let l2 = MemorySecondLevel::new();
+    let lease = Arc::new(MemoryLease::new());
+    let b = leased_swr(&l2, &lease);
+    let calls = Arc::new(AtomicUsize::new(0));
+    assert_eq!(read(&b, "k", 1, &calls).await, (1, TierSource::Filled));
+    // Past the ttl in L1 (stale) and in L2 (gone); another process holds the key's lease (the
+    // tier's lease key is the hex of the encoded key) and is refreshing it.
+    tokio::time::advance(TTL + Duration::from_secs(1)).await;
+    let held = lease.try_acquire("6b", Duration::from_secs(600)).await;
+    assert!(matches!(held, Ok(Acquire::Acquired(_))));
+    assert_eq!(read(&b, "k", 2, &calls).await, (1, TierSource::Stale));
+    // Longer than the lease ttl: a refresh that waited for the holder would have filled by now.
+    for _ in 0..50 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        calls.load(SeqCst),
+        1,
+        "the refresh stood down: no fill here"
+    );
+    assert!(b.stats().stand_downs >= 1);
+    assert!(b.stats().lease.unwrap().stood_down >= 1);
+    assert_eq!(
+        read(&b, "k", 3, &calls).await,
+        (1, TierSource::Stale),
+        "the stale copy is still served"
+    );
+    // Once the holder's value lands in L2, the next refresh takes it (no fill here either).
+    l2.set(b"k", &[0, 9, 0, 0, 0, 0, 0, 0, 0], TTL)
+        .await
+        .unwrap();
+    tokio::task::yield_now().await;
+    for _ in 0..5 {
+        tokio::time::advance(Duration::from_millis(10)).await;
+        tokio::task::yield_now().await;
+    }
+    let _ = read(&b, "k", 4, &calls).await;
+    for _ in 0..5 {
+        tokio::time::advance(Duration::from_millis(10)).await;
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(calls.load(SeqCst), 1);
+}
+
 #[test]
 fn zero_timeouts_are_refused() {
     let l2: Arc<dyn SecondLevel> = Arc::new(MemorySecondLevel::new());

@@ -34,6 +34,9 @@ pub struct TierStats {
     pub fills: u64,
     /// Values found by the fleet lease's re-check: another process filled while this one waited.
     pub fleet_fills_found: u64,
+    /// Stale-while-revalidate refreshes that stood down because another process held the key's
+    /// fleet lease (the stale copy stayed served; nothing was filled here).
+    pub stand_downs: u64,
     /// `invalidate` calls.
     pub invalidations: u64,
     /// `invalidate` calls whose L2 part failed or timed out (L1 was invalidated anyway).
@@ -62,6 +65,7 @@ pub(crate) struct Counters {
     pub(crate) codec_errors: AtomicU64,
     pub(crate) fills: AtomicU64,
     pub(crate) fleet_fills_found: AtomicU64,
+    pub(crate) stand_downs: AtomicU64,
     pub(crate) invalidations: AtomicU64,
     pub(crate) invalidation_failures: AtomicU64,
     pub(crate) unacked_invalidations: AtomicU64,
@@ -87,6 +91,7 @@ impl Counters {
             codec_errors: self.codec_errors.load(Relaxed),
             fills: self.fills.load(Relaxed),
             fleet_fills_found: self.fleet_fills_found.load(Relaxed),
+            stand_downs: self.stand_downs.load(Relaxed),
             invalidations: self.invalidations.load(Relaxed),
             invalidation_failures: self.invalidation_failures.load(Relaxed),
             unacked_invalidations: self.unacked_invalidations.load(Relaxed),

@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use coalesce::{DistributedBuilder, DistributedGroup, Group, SettingsError};
+use coalesce::{DistributedBuilder, DistributedGroup, Group, Refresh, SettingsError};
 use tokio::time::{Instant, timeout};
 
 use super::backend::{Invalidated, L1Sink, L2Error, SecondLevel, Version};
 use super::codec::{Codec, CodecError};
 use super::stats::{Counters, TierStats, bump};
-use crate::{Cache, FetchError, Source};
+use crate::{Cache, Entry, FetchError, Source};
 
 /// L2 rejects ttls under its 1 ms resolution.
 const MIN_L2_TTL: Duration = Duration::from_millis(1);
@@ -217,6 +217,15 @@ where
 ///    version moved (the key was invalidated somewhere in the fleet meanwhile), the value goes to
 ///    neither L2 nor L1; the callers of this flight still get it.
 ///
+/// **Stale-while-revalidate** (the cache's `stale_while_revalidate` window): a stale L1 copy
+/// is answered at once and one background refresh goes through steps 2-4, except that on an L2
+/// miss it asks the fleet lease once ([`DistributedGroup::refresh`]): if another process holds
+/// it (it is refreshing the key), this refresh **stands down**: it fills nothing and keeps the
+/// stale copy, re-stored as stale from now (so its stale window restarts, and the next read
+/// refreshes again, finding that process's value in L2 once it lands); counted in
+/// [`TierStats::stand_downs`]. If the stale copy is gone by then (invalidated, or past its
+/// window), the refresh waits for the holder as a miss does.
+///
 /// **Fail open.** Every L2 call is bounded by `l2_timeout`; an L2 error or timeout means "go on
 /// with L1 and the local single flight" and is counted ([`TierStats`]). Without a readable
 /// version nothing is written to L2 (the write could not be fenced).
@@ -373,8 +382,11 @@ where
         let lead_note = Arc::clone(&note);
         let lead_key = key.clone();
         let make = move || {
+            // Called when this caller leads a miss, or claimed the background refresh of a
+            // stale copy (stale-while-revalidate): a stale L1 copy says which (L1 miss path only).
+            let refresh = tier.cache.lookup(&lead_key).is_some_and(|e| e.is_stale());
             let origin = fill();
-            tier.lead(lead_key, ttl_fn, origin, lead_note)
+            tier.lead(lead_key, ttl_fn, origin, lead_note, refresh)
         };
         let ttl_note = Arc::clone(&note);
         let l1_ttl = move |_: &V| match ttl_note.lock().ttl {
@@ -569,6 +581,7 @@ where
         ttl_fn: T,
         origin: Fut,
         note: SharedNote,
+        refresh: bool,
     ) -> Result<V, E>
     where
         E: Send + Sync + 'static,
@@ -624,8 +637,27 @@ where
             }
             Ok(())
         };
+        if refresh {
+            // Await: the lease (cancel-safe, as `run` below).
+            if let Refresh::StoodDown = lease.refresh(flight.clone(), fill).await {
+                // Another process holds the lease: it is refreshing the key. Keep serving the
+                // stale copy (re-stored as stale, so the next read past this point asks again
+                // and finds that process's value in L2). Only while the copy is still here: if
+                // it was invalidated or left its window meanwhile, wait like a miss below.
+                if let Some(entry) = self.cache.lookup(&key).filter(Entry::is_stale) {
+                    bump(&self.counters.stand_downs);
+                    *note.lock() = Note {
+                        ttl: Ttl::For(Duration::ZERO),
+                        source: TierSource::Stale,
+                    };
+                    return Ok(entry.into_value());
+                }
+            }
+        }
         // Await: the lease (cancel-safe: a lease held is released in the background).
-        let _ = lease.run(flight, recheck, fill).await;
+        if outcome.lock().is_none() {
+            let _ = lease.run(flight, recheck, fill).await;
+        }
         let done = outcome.lock().take();
         match done {
             Some(result) => result,
