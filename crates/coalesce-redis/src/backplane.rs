@@ -6,6 +6,11 @@
 //! after applying one, the subscriber publishes the nonce on the origin's own ack channel
 //! (`{channel}:ack:{origin in hex}`), to which only the origin subscribes.
 //!
+//! Fill announcements: the fenced write's script publishes the key's bytes on
+//! `{channel}:filled` when it stored; the subscriber tells its tiers
+//! ([`L1Sink::filled_encoded`]), whose leaders waiting for another process's fill re-check L2
+//! at once. Not acknowledged: a lost one costs the waiter one poll interval.
+//!
 //! **Losing the subscription.** Redis pub/sub is fire-and-forget: a message published while a
 //! subscriber is disconnected is lost for it. The subscriber task notices a loss when its
 //! connection closes or a `PING` on it (every `ping_interval`) fails or times out, then
@@ -53,6 +58,8 @@ pub struct BackplaneStats {
     pub acks_sent: u64,
     /// Acknowledgements that could not be published.
     pub ack_failures: u64,
+    /// Fill announcements received (another process's fenced write landed in L2).
+    pub fills_received: u64,
 }
 
 #[derive(Default)]
@@ -63,12 +70,15 @@ struct Counters {
     malformed: AtomicU64,
     acks_sent: AtomicU64,
     ack_failures: AtomicU64,
+    fills_received: AtomicU64,
 }
 
 /// Settings of the subscriber.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) channel: String,
+    /// `{channel}:filled`, derived by [`Backplane::new`].
+    pub(crate) fill_channel: String,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) reconnect_backoff: Duration,
@@ -146,7 +156,8 @@ impl AckWait<'_> {
 }
 
 impl Backplane {
-    pub(crate) fn new(client: redis::Client, settings: Settings) -> Self {
+    pub(crate) fn new(client: redis::Client, mut settings: Settings) -> Self {
+        settings.fill_channel = format!("{}:filled", settings.channel);
         let acks = Connector::new(
             client.clone(),
             settings.connect_timeout,
@@ -205,6 +216,10 @@ impl Backplane {
         &self.shared.settings.channel
     }
 
+    pub(crate) fn fill_channel(&self) -> &str {
+        &self.shared.settings.fill_channel
+    }
+
     /// Waits until the subscription is live.
     ///
     /// # Cancellation
@@ -225,6 +240,7 @@ impl Backplane {
             malformed: c.malformed.load(Relaxed),
             acks_sent: c.acks_sent.load(Relaxed),
             ack_failures: c.ack_failures.load(Relaxed),
+            fills_received: c.fills_received.load(Relaxed),
         }
     }
 }
@@ -299,7 +315,7 @@ async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
     let acks = ack_channel(&s.channel, shared.origin);
     bounded(
         s.command_timeout,
-        sink.subscribe(&[s.channel.as_str(), acks.as_str()]),
+        sink.subscribe(&[s.channel.as_str(), acks.as_str(), s.fill_channel.as_str()]),
     )
     .await?;
     // Subscribed: every message published from now on reaches us. Anything cached or being
@@ -331,6 +347,13 @@ fn handle(shared: &Arc<Shared>, acks: &str, message: &redis::Msg) {
             if let Some(waiter) = shared.waiters.lock().get(&u64::from_be_bytes(nonce)) {
                 let _ = waiter.send(());
             }
+        }
+        return;
+    }
+    if message.get_channel_name() == shared.settings.fill_channel {
+        shared.counters.fills_received.fetch_add(1, Relaxed);
+        for tier in shared.sinks() {
+            tier.filled_encoded(payload);
         }
         return;
     }

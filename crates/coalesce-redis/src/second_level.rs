@@ -45,7 +45,8 @@ return epoch
 ";
 
 /// Stores only while the key's version (or, without one, the epoch `KEYS[3]`) is still the
-/// caller's.
+/// caller's; a stored value is announced on the backplane's fill channel (`ARGV[4]`, the key
+/// in `ARGV[5]`), in the same script, so waiters in other processes re-check at once.
 const SET_IF_VERSION: &str = r"
 local current = redis.call('GET', KEYS[2]) or redis.call('GET', KEYS[3])
 if current ~= ARGV[1] then return 0 end
@@ -53,6 +54,9 @@ if ARGV[3] == '0' then
     redis.call('SET', KEYS[1], ARGV[2])
 else
     redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+if ARGV[4] ~= '' then
+    redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
 return 1
 ";
@@ -209,6 +213,7 @@ impl RedisSecondLevelBuilder {
                 client.clone(),
                 backplane::Settings {
                     channel: format!("{}bp", self.prefix),
+                    fill_channel: String::new(),
                     connect_timeout: self.connect_timeout,
                     command_timeout: self.command_timeout,
                     reconnect_backoff: self.reconnect_backoff,
@@ -410,6 +415,10 @@ impl SecondLevel for RedisSecondLevel {
         let millis = ttl_millis(ttl)?;
         let (data, version_key) = (self.data_key(key), self.version_key(key));
         let epoch = self.epoch_key();
+        let fills = self
+            .backplane
+            .as_ref()
+            .map_or_else(String::new, |b| b.fill_channel().to_owned());
         let stored: i64 = self
             .connector
             .run(|mut connection| async move {
@@ -420,6 +429,8 @@ impl SecondLevel for RedisSecondLevel {
                     .arg(version.0.to_string())
                     .arg(value)
                     .arg(millis)
+                    .arg(fills)
+                    .arg(key)
                     .invoke_async(&mut connection)
                     .await
             })

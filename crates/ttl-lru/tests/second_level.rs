@@ -511,6 +511,69 @@ async fn a_refresh_stands_down_while_another_process_holds_the_lease_and_serves_
     assert_eq!(calls.load(SeqCst), 1);
 }
 
+/// Process A fills a cold key in 50 ms while B (10 s polls) waits for A's lease; returns B's
+/// wait on the paused clock and B's stats.
+async fn wait_for_the_other_process(l2: &MemorySecondLevel) -> (Duration, ttl_lru::TierStats) {
+    let lease = Arc::new(MemoryLease::new());
+    let slow_polls = |l2: &MemorySecondLevel| {
+        TieredCache::builder(l1(), Arc::new(l2.clone()), StringCodec, U64Codec)
+            .lease(
+                DistributedGroup::builder(lease.clone())
+                    .ttl(Duration::from_secs(60))
+                    .poll_interval(Duration::from_secs(10)),
+            )
+            .build()
+            .unwrap()
+    };
+    let (a, b): (Tier, Tier) = (slow_polls(l2), slow_polls(l2));
+    let filler = tokio::spawn(async move {
+        a.get_or_try_insert(
+            "cold".to_string(),
+            |_| TTL,
+            || async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok::<_, String>(7)
+            },
+        )
+        .await
+        .unwrap()
+    });
+    tokio::task::yield_now().await;
+    let start = tokio::time::Instant::now();
+    let got = b
+        .get_or_try_insert("cold".to_string(), |_| TTL, || async { Ok::<_, String>(8) })
+        .await
+        .unwrap();
+    assert_eq!((got.value, got.source), (7, TierSource::Fleet));
+    assert_eq!(filler.await.unwrap().source, TierSource::Filled);
+    (start.elapsed(), b.stats())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fill_announcement_wakes_the_other_processs_waiter_before_its_poll() {
+    let l2 = MemorySecondLevel::new();
+    let (waited, stats) = wait_for_the_other_process(&l2).await;
+    assert_eq!(
+        waited,
+        Duration::from_millis(50),
+        "no poll interval on top of the fill"
+    );
+    assert_eq!(stats.fill_wakes, 1);
+    let lease = stats.lease.unwrap();
+    assert_eq!((lease.woken, lease.polled), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_fill_announcement_still_completes_by_polling() {
+    let l2 = MemorySecondLevel::new();
+    l2.set_fill_announcements_lost(true);
+    let (waited, stats) = wait_for_the_other_process(&l2).await;
+    assert_eq!(waited, Duration::from_secs(10), "one poll interval");
+    assert_eq!(stats.fill_wakes, 0);
+    let lease = stats.lease.unwrap();
+    assert_eq!((lease.woken, lease.polled), (0, 1));
+}
+
 #[test]
 fn zero_timeouts_are_refused() {
     let l2: Arc<dyn SecondLevel> = Arc::new(MemorySecondLevel::new());

@@ -160,5 +160,16 @@ fn main() -> std::process::ExitCode {
                 )
             },
         ),
+        Case::redis(
+            "second_level::a_fill_announcement_wakes_the_waiting_process_before_its_poll",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::a_fill_announcement_wakes_the_waiting_process_before_its_poll(
+                        server,
+                    ),
+                )
+            },
+        ),
     ])
 }

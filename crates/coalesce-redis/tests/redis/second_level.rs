@@ -44,6 +44,17 @@ pub(crate) struct Proc {
 }
 
 pub(crate) fn process_with(url: &str, backoff: Duration, backplane: bool, lease: bool) -> Proc {
+    process_polling(url, backoff, backplane, lease, Duration::from_millis(10))
+}
+
+/// As [`process_with`], re-checking L2 every `poll` while another process holds the lease.
+pub(crate) fn process_polling(
+    url: &str,
+    backoff: Duration,
+    backplane: bool,
+    lease: bool,
+    poll: Duration,
+) -> Proc {
     let l2 = l2(url, backoff, backplane);
     let mut builder = TieredCache::builder(
         Cache::new(1000),
@@ -64,7 +75,7 @@ pub(crate) fn process_with(url: &str, backoff: Duration, backplane: bool, lease:
         builder = builder.lease(
             DistributedGroup::builder(Arc::new(lease))
                 .ttl(Duration::from_secs(10))
-                .poll_interval(Duration::from_millis(10))
+                .poll_interval(poll)
                 .lease_timeout(Duration::from_millis(500)),
         );
     }
@@ -685,4 +696,45 @@ pub(crate) async fn killing_redis_mid_invalidation_neither_hangs_nor_leaves_stal
     .await;
     let (v, _) = read(&b, "k", 3).await;
     assert_eq!(v, 3, "the next read fills again");
+}
+
+/// B waits for A's fill with a poll interval far longer than the fill; A's fenced write is
+/// announced on the backplane and wakes B, which re-checks L2 before any poll (counted as
+/// woken, never as polled; nothing here reads a clock).
+pub(crate) async fn a_fill_announcement_wakes_the_waiting_process_before_its_poll(
+    server: RedisServer,
+) {
+    let url = server.url();
+    let poll = Duration::from_secs(20);
+    let a = process_polling(&url, Duration::from_millis(50), true, true, poll);
+    let b = process_polling(&url, Duration::from_millis(50), true, true, poll);
+    guard(a.l2.wait_subscribed(), "subscribe a").await;
+    guard(b.l2.wait_subscribed(), "subscribe b").await;
+    let (gate, filler) = gated_fill(&a, "cold", 7).await;
+    let waiter = tokio::spawn({
+        let tier = b.tier.clone();
+        async move {
+            tier.get_or_try_insert("cold".to_string(), |_| TTL, || async { Ok::<_, String>(8) })
+                .await
+                .unwrap()
+        }
+    });
+    guard(
+        async {
+            while b.tier.stats().lease.unwrap().held_elsewhere == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        },
+        "b finds the lease held",
+    )
+    .await;
+    gate.notify_one();
+    assert_eq!(guard(filler, "fill").await.unwrap(), 7);
+    let got = guard(waiter, "wait").await.unwrap();
+    assert_eq!((got.value, got.source), (7, TierSource::Fleet));
+    let stats = b.tier.stats();
+    let lease = stats.lease.unwrap();
+    assert_eq!((lease.woken, lease.polled), (1, 0), "{stats:?}");
+    assert_eq!(stats.fill_wakes, 1);
+    assert!(b.l2.backplane_stats().unwrap().fills_received >= 1);
 }

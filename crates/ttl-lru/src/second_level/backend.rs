@@ -90,7 +90,10 @@ impl L2Error {
 ///   untouched version expire after a long time; a fill longer than that is not fenced);
 /// - **bounded calls**: an unreachable store answers with an [`L2Error`] within the
 ///   implementation's own timeout, never hangs (the tier adds its own timeout on top);
-/// - **keys and values are any bytes**, including empty.
+/// - **keys and values are any bytes**, including empty;
+/// - **fill announcements** (optional, best effort): after a `set_if_version` that stored, the
+///   attached [`L1Sink`]s of every process are told ([`L1Sink::filled_encoded`]), so waiters
+///   wake early; without them the tier polls.
 ///
 /// # Cancellation
 /// A call dropped before it completes may or may not have taken effect. A dropped
@@ -140,4 +143,12 @@ pub trait L1Sink: Send + Sync {
     /// Drops every L1 entry and fences every in-flight fill: the backplane may have missed
     /// messages (its subscription was lost and is back).
     fn invalidate_all(&self);
+
+    /// A fenced write of the key whose encoded form is `key` just landed in L2 (announced by
+    /// the process that wrote it): leaders of this process waiting for another process's fill
+    /// re-check L2 now instead of at their next poll. Best effort: a lost announcement costs a
+    /// poll interval. Default: ignored.
+    fn filled_encoded(&self, key: &[u8]) {
+        let _ = key;
+    }
 }

@@ -27,6 +27,8 @@ struct Shared {
     max_value_len: parking_lot::Mutex<Option<usize>>,
     down: AtomicBool,
     stalled: AtomicBool,
+    /// Fill announcements are dropped (a lossy backplane), for tests of the polling fallback.
+    mute_fills: AtomicBool,
 }
 
 #[derive(Default)]
@@ -68,6 +70,18 @@ impl MemorySecondLevel {
     /// While `stalled`, every call waits forever (a store that stopped answering).
     pub fn set_stalled(&self, stalled: bool) {
         self.shared.stalled.store(stalled, Relaxed);
+    }
+
+    /// While `lost`, fill announcements are not delivered (as if every backplane message about
+    /// a landed fill were lost): waiting processes fall back to polling.
+    pub fn set_fill_announcements_lost(&self, lost: bool) {
+        self.shared.mute_fills.store(lost, Relaxed);
+    }
+
+    fn sinks(&self) -> Vec<Arc<dyn L1Sink>> {
+        let mut sinks = self.shared.sinks.lock();
+        sinks.retain(|s| s.strong_count() > 0);
+        sinks.iter().filter_map(Weak::upgrade).collect()
     }
 
     /// Whether a live (unexpired) value is stored under `key`: for tests.
@@ -164,6 +178,13 @@ impl SecondLevel for MemorySecondLevel {
             return Ok(false);
         }
         slot.value = Some((value.to_vec(), expires));
+        drop(keys);
+        // The backplane's fill announcement (after the value is readable).
+        if !self.shared.mute_fills.load(Relaxed) {
+            for sink in self.sinks() {
+                sink.filled_encoded(key);
+            }
+        }
         Ok(true)
     }
 
@@ -177,11 +198,7 @@ impl SecondLevel for MemorySecondLevel {
             slot.version
         };
         // The backplane: every live sink drops its copy before this returns (all "ack").
-        let sinks: Vec<Arc<dyn L1Sink>> = {
-            let mut sinks = self.shared.sinks.lock();
-            sinks.retain(|s| s.strong_count() > 0);
-            sinks.iter().filter_map(Weak::upgrade).collect()
-        };
+        let sinks = self.sinks();
         for sink in &sinks {
             sink.invalidate_encoded(key);
         }

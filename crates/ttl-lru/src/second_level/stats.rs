@@ -37,6 +37,9 @@ pub struct TierStats {
     /// Stale-while-revalidate refreshes that stood down because another process held the key's
     /// fleet lease (the stale copy stayed served; nothing was filled here).
     pub stand_downs: u64,
+    /// Fill announcements from the backplane that woke a leader of this process waiting for
+    /// another process's fill (it re-checked L2 before its next poll).
+    pub fill_wakes: u64,
     /// `invalidate` calls.
     pub invalidations: u64,
     /// `invalidate` calls whose L2 part failed or timed out (L1 was invalidated anyway).
@@ -66,6 +69,7 @@ pub(crate) struct Counters {
     pub(crate) fills: AtomicU64,
     pub(crate) fleet_fills_found: AtomicU64,
     pub(crate) stand_downs: AtomicU64,
+    pub(crate) fill_wakes: AtomicU64,
     pub(crate) invalidations: AtomicU64,
     pub(crate) invalidation_failures: AtomicU64,
     pub(crate) unacked_invalidations: AtomicU64,
@@ -92,6 +96,7 @@ impl Counters {
             fills: self.fills.load(Relaxed),
             fleet_fills_found: self.fleet_fills_found.load(Relaxed),
             stand_downs: self.stand_downs.load(Relaxed),
+            fill_wakes: self.fill_wakes.load(Relaxed),
             invalidations: self.invalidations.load(Relaxed),
             invalidation_failures: self.invalidation_failures.load(Relaxed),
             unacked_invalidations: self.unacked_invalidations.load(Relaxed),

@@ -16,6 +16,8 @@ use tokio::time::{Instant, timeout};
 use super::backend::{Invalidated, L1Sink, L2Error, SecondLevel, Version};
 use super::codec::{Codec, CodecError};
 use super::stats::{Counters, TierStats, bump};
+
+mod wake;
 use crate::{Cache, Entry, FetchError, Source};
 
 /// L2 rejects ttls under its 1 ms resolution.
@@ -193,6 +195,7 @@ where
             l2_timeout: self.l2_timeout,
             invalidate_timeout: self.invalidate_timeout,
             next_flight: AtomicU64::new(0),
+            waiters: wake::Waiters::default(),
             counters: Counters::default(),
         });
         let sink: Weak<dyn L1Sink> = Arc::downgrade(&inner) as Weak<dyn L1Sink>;
@@ -211,7 +214,9 @@ where
 ///    stored in L1 for the time L2 has left (measured from before the L2 request was sent, so
 ///    never longer than L2 keeps it).
 /// 3. **L2 miss**: with a fleet lease, the leader takes it (or waits for the holder, re-checking
-///    L2 every poll interval, then fills anyway after one lease ttl); without one it fills.
+///    L2 when the holder's write is announced on the backplane ([`L1Sink::filled_encoded`]) and
+///    every poll interval in case the announcement is lost, then fills anyway after one lease
+///    ttl); without one it fills.
 /// 4. **Fill**: the origin's value is written to L2 only if the key's version is still the one
 ///    read in step 2 (a compare-and-set in L2), then to L1 through the cache's own fence. If the
 ///    version moved (the key was invalidated somewhere in the fleet meanwhile), the value goes to
@@ -272,6 +277,8 @@ struct Tier<K, V> {
     l2_timeout: Duration,
     invalidate_timeout: Duration,
     next_flight: AtomicU64,
+    /// Leaders waiting for another process's fill, woken by its announcement.
+    waiters: wake::Waiters,
     counters: Counters,
 }
 
@@ -654,10 +661,16 @@ where
                 }
             }
         }
-        // Await: the lease (cancel-safe: a lease held is released in the background).
+        // Registered before the lease is asked: an announcement of the holder's write that
+        // arrives while this leader waits re-checks L2 at once (polling is the fallback).
+        let waiting = self.waiters.register(&encoded);
+        let wake = || waiting.signal.armed();
+        // Await: the lease (cancel-safe: a lease held is released in the background; the
+        // registration is dropped with this future).
         if outcome.lock().is_none() {
-            let _ = lease.run(flight, recheck, fill).await;
+            let _ = lease.run_woken(flight, recheck, fill, wake).await;
         }
+        drop(waiting);
         let done = outcome.lock().take();
         match done {
             Some(result) => result,
@@ -775,6 +788,12 @@ where
     fn invalidate_all(&self) {
         bump(&self.counters.backplane_resyncs);
         self.cache.invalidate_all();
+    }
+
+    fn filled_encoded(&self, key: &[u8]) {
+        if self.waiters.announce(key) {
+            bump(&self.counters.fill_wakes);
+        }
     }
 }
 
