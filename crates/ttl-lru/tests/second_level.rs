@@ -574,6 +574,51 @@ async fn a_lost_fill_announcement_still_completes_by_polling() {
     assert_eq!((lease.woken, lease.polled), (0, 1));
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_soft_timeout_bounds_a_misss_wait_for_a_slow_l2_and_the_hard_one_each_call() {
+    let l2 = MemorySecondLevel::new();
+    let tier = |soft: Option<Duration>| {
+        let builder = TieredCache::builder(l1(), Arc::new(l2.clone()), StringCodec, U64Codec)
+            .l2_timeout(Duration::from_millis(100));
+        match soft {
+            Some(soft) => builder.l2_soft_timeout(soft),
+            None => builder,
+        }
+        .build()
+        .unwrap()
+    };
+    let (hard_only, soft) = (tier(None), tier(Some(Duration::from_millis(30))));
+    let calls = Arc::new(AtomicUsize::new(0));
+    l2.set_stalled(true);
+    let start = tokio::time::Instant::now();
+    assert_eq!(
+        read(&hard_only, "a", 1, &calls).await,
+        (1, TierSource::Filled)
+    );
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(200),
+        "two hard timeouts"
+    );
+    assert_eq!(hard_only.stats().l2_timeouts, 2);
+    let start = tokio::time::Instant::now();
+    assert_eq!(read(&soft, "b", 2, &calls).await, (2, TierSource::Filled));
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(30),
+        "the soft timeout"
+    );
+    let s = soft.stats();
+    assert_eq!((s.l2_soft_timeouts, s.skipped_writes), (1, 1));
+    l2.set_stalled(false);
+    assert!(
+        TieredCache::builder(l1(), Arc::new(l2.clone()), StringCodec, U64Codec)
+            .l2_soft_timeout(Duration::ZERO)
+            .build()
+            .is_err()
+    );
+}
+
 #[test]
 fn zero_timeouts_are_refused() {
     let l2: Arc<dyn SecondLevel> = Arc::new(MemorySecondLevel::new());

@@ -20,6 +20,8 @@ pub struct TierStats {
     pub l2_errors: u64,
     /// L2 calls that ran past the tier's `l2_timeout` (the tier went on without L2).
     pub l2_timeouts: u64,
+    /// L1 misses whose wait for L2's answer ran past the soft timeout: filled without L2.
+    pub l2_soft_timeouts: u64,
     /// Values (and negative entries) written to L2 by a fenced write that landed.
     pub l2_writes: u64,
     /// Fenced L2 writes refused because the key was invalidated since the fill began; the value
@@ -62,6 +64,7 @@ pub(crate) struct Counters {
     pub(crate) l2_misses: AtomicU64,
     pub(crate) l2_errors: AtomicU64,
     pub(crate) l2_timeouts: AtomicU64,
+    pub(crate) l2_soft_timeouts: AtomicU64,
     pub(crate) l2_writes: AtomicU64,
     pub(crate) fenced_writes: AtomicU64,
     pub(crate) skipped_writes: AtomicU64,
@@ -89,6 +92,7 @@ impl Counters {
             l2_misses: self.l2_misses.load(Relaxed),
             l2_errors: self.l2_errors.load(Relaxed),
             l2_timeouts: self.l2_timeouts.load(Relaxed),
+            l2_soft_timeouts: self.l2_soft_timeouts.load(Relaxed),
             l2_writes: self.l2_writes.load(Relaxed),
             fenced_writes: self.fenced_writes.load(Relaxed),
             skipped_writes: self.skipped_writes.load(Relaxed),

@@ -98,6 +98,7 @@ pub struct TierBuilder<K, V> {
     lease: Option<DistributedBuilder>,
     negative: Option<(Box<dyn Any + Send + Sync>, Duration)>,
     l2_timeout: Duration,
+    l2_soft_timeout: Option<Duration>,
     invalidate_timeout: Duration,
 }
 
@@ -125,10 +126,24 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    /// The longest any one L2 read or write may take before the tier goes on without it (the
-    /// hard timeout of a fill's L2 steps). Default 100 ms.
+    /// The **hard** timeout: the longest any one L2 call (version, read, fenced write, and the
+    /// reads of a background refresh) may take before the tier gives up on it and goes on
+    /// without L2 (fail open). Default 100 ms.
     pub fn l2_timeout(mut self, limit: Duration) -> Self {
         self.l2_timeout = limit;
+        self
+    }
+
+    /// The **soft** timeout: the longest an L1 miss's caller waits for L2's answer (the version
+    /// and the read together) before its leader stops waiting for L2 and fills from the origin
+    /// at once, as if L2 were down (the value then stays out of L2: no version was read, so the
+    /// write could not be fenced). A caller with a stale L1 copy never waits for L2 (the cache's
+    /// stale-while-revalidate answers it at once, and the refresh runs under the hard timeout
+    /// only). Default: none (each call is bounded by the hard timeout alone, so a miss can
+    /// wait two of them). Set it under twice the hard timeout to bound what a slow L2 adds to
+    /// a miss.
+    pub fn l2_soft_timeout(mut self, limit: Duration) -> Self {
+        self.l2_soft_timeout = Some(limit);
         self
     }
 
@@ -176,6 +191,9 @@ where
         if self.l2_timeout.is_zero() {
             return Err(TierConfigError::ZeroTimeout("l2 timeout"));
         }
+        if self.l2_soft_timeout.is_some_and(|soft| soft.is_zero()) {
+            return Err(TierConfigError::ZeroTimeout("l2 soft timeout"));
+        }
         if self.invalidate_timeout.is_zero() {
             return Err(TierConfigError::ZeroTimeout("invalidate timeout"));
         }
@@ -193,6 +211,7 @@ where
             lease,
             negative: self.negative,
             l2_timeout: self.l2_timeout,
+            l2_soft_timeout: self.l2_soft_timeout,
             invalidate_timeout: self.invalidate_timeout,
             next_flight: AtomicU64::new(0),
             waiters: wake::Waiters::default(),
@@ -231,7 +250,8 @@ where
 /// [`TierStats::stand_downs`]. If the stale copy is gone by then (invalidated, or past its
 /// window), the refresh waits for the holder as a miss does.
 ///
-/// **Fail open.** Every L2 call is bounded by `l2_timeout`; an L2 error or timeout means "go on
+/// **Fail open.** Every L2 call is bounded by `l2_timeout` (the hard timeout), and a miss's
+/// wait for L2's answer by `l2_soft_timeout` when set ([`TierBuilder::l2_soft_timeout`]); an L2 error or timeout means "go on
 /// with L1 and the local single flight" and is counted ([`TierStats`]). Without a readable
 /// version nothing is written to L2 (the write could not be fenced).
 ///
@@ -275,6 +295,7 @@ struct Tier<K, V> {
     lease: Option<Lease>,
     negative: Option<(Box<dyn Any + Send + Sync>, Duration)>,
     l2_timeout: Duration,
+    l2_soft_timeout: Option<Duration>,
     invalidate_timeout: Duration,
     next_flight: AtomicU64,
     /// Leaders waiting for another process's fill, woken by its announcement.
@@ -327,6 +348,7 @@ where
             lease: None,
             negative: None,
             l2_timeout: Duration::from_millis(100),
+            l2_soft_timeout: None,
             invalidate_timeout: Duration::from_secs(1),
         }
     }
@@ -608,8 +630,24 @@ where
             }
         };
         // The version first: anything that invalidates the key after this point fences our write.
-        let version = self.l2_call("version", self.l2.version(&encoded)).await;
-        if let Some(hit) = self.read_l2::<E>(&encoded).await {
+        let reads = async {
+            let version = self.l2_call("version", self.l2.version(&encoded)).await;
+            (version, self.read_l2::<E>(&encoded).await)
+        };
+        let soft = self.l2_soft_timeout.filter(|_| !refresh);
+        let (version, hit) = match soft {
+            None => reads.await,
+            Some(soft) => match timeout(soft, reads).await {
+                Ok(answers) => answers,
+                Err(_elapsed) => {
+                    // Soft timeout: a caller waits; stop waiting for L2 and fill (fail open).
+                    bump(&self.counters.l2_soft_timeouts);
+                    tracing::warn!(limit = ?soft, "second level slower than the soft timeout; filling without it");
+                    return self.fill(&key, &encoded, None, ttl_fn, origin, &note).await;
+                }
+            },
+        };
+        if let Some(hit) = hit {
             return Self::take_hit(&note, hit, ttl_fn, TierSource::L2);
         }
         let Some(lease) = &self.lease else {
