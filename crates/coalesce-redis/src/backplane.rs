@@ -2,7 +2,8 @@
 //! copy of a key invalidated anywhere in the fleet, and acknowledges each message so the
 //! invalidating process can wait until every subscriber has dropped its copy.
 //!
-//! Messages on the invalidation channel are `origin (8 bytes) | nonce (8 bytes) | key bytes`;
+//! Messages on the invalidation channel are `origin (8 bytes) | nonce (8 bytes) | key bytes`
+//! (on `{channel}:all`, a fleet-wide invalidation, `origin | nonce` alone: drop every entry);
 //! after applying one, the subscriber publishes the nonce on the origin's own ack channel
 //! (`{channel}:ack:{origin in hex}`), to which only the origin subscribes.
 //!
@@ -79,6 +80,8 @@ pub(crate) struct Settings {
     pub(crate) channel: String,
     /// `{channel}:filled`, derived by [`Backplane::new`].
     pub(crate) fill_channel: String,
+    /// `{channel}:all` (fleet-wide invalidations), derived by [`Backplane::new`].
+    pub(crate) all_channel: String,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) reconnect_backoff: Duration,
@@ -158,6 +161,7 @@ impl AckWait<'_> {
 impl Backplane {
     pub(crate) fn new(client: redis::Client, mut settings: Settings) -> Self {
         settings.fill_channel = format!("{}:filled", settings.channel);
+        settings.all_channel = format!("{}:all", settings.channel);
         let acks = Connector::new(
             client.clone(),
             settings.connect_timeout,
@@ -218,6 +222,10 @@ impl Backplane {
 
     pub(crate) fn fill_channel(&self) -> &str {
         &self.shared.settings.fill_channel
+    }
+
+    pub(crate) fn all_channel(&self) -> &str {
+        &self.shared.settings.all_channel
     }
 
     /// Waits until the subscription is live.
@@ -315,7 +323,12 @@ async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
     let acks = ack_channel(&s.channel, shared.origin);
     bounded(
         s.command_timeout,
-        sink.subscribe(&[s.channel.as_str(), acks.as_str(), s.fill_channel.as_str()]),
+        sink.subscribe(&[
+            s.channel.as_str(),
+            acks.as_str(),
+            s.fill_channel.as_str(),
+            s.all_channel.as_str(),
+        ]),
     )
     .await?;
     // Subscribed: every message published from now on reaches us. Anything cached or being
@@ -370,8 +383,13 @@ fn handle(shared: &Arc<Shared>, acks: &str, message: &redis::Msg) {
     }
     let (origin, rest) = payload.split_at(8);
     let (nonce, key) = rest.split_at(8);
+    let everything = message.get_channel_name() == shared.settings.all_channel;
     for tier in shared.sinks() {
-        tier.invalidate_encoded(key);
+        if everything {
+            tier.invalidate_all();
+        } else {
+            tier.invalidate_encoded(key);
+        }
     }
     shared.counters.received.fetch_add(1, Relaxed);
     // Acknowledge after applying: the origin's invalidate returns once it has every ack. On a

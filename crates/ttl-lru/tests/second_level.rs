@@ -619,6 +619,60 @@ async fn the_soft_timeout_bounds_a_misss_wait_for_a_slow_l2_and_the_hard_one_eac
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn invalidate_all_reaches_every_key_every_process_and_fences_fills_that_began_before() {
+    let l2 = MemorySecondLevel::new();
+    let (a, b) = (process(&l2), process(&l2));
+    let calls = Arc::new(AtomicUsize::new(0));
+    for key in ["x", "y"] {
+        read(&a, key, 1, &calls).await;
+        assert_eq!(read(&b, key, 2, &calls).await, (1, TierSource::L2));
+    }
+    // A fill in B that began (read its version) before the invalidation.
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let late = {
+        let (b, gate) = (b.clone(), gate.clone());
+        tokio::spawn(async move {
+            b.get_or_try_insert(
+                "z".to_string(),
+                |_| TTL,
+                move || async move {
+                    gate.notified().await;
+                    Ok::<_, String>(9)
+                },
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let done = a.invalidate_all().await.unwrap();
+    assert_eq!((done.receivers, done.acked), (2, 2));
+    gate.notify_one();
+    assert_eq!(
+        late.await.unwrap().unwrap().value,
+        9,
+        "its callers still get it"
+    );
+    for key in [b"x".as_slice(), b"y", b"z"] {
+        assert!(!l2.contains(key), "nothing from before in L2");
+    }
+    for p in [&a, &b] {
+        for key in ["x", "y", "z"] {
+            assert_eq!(
+                p.get(&key.to_string()),
+                None,
+                "nothing from before in any L1"
+            );
+        }
+    }
+    assert_eq!(b.stats().fenced_writes, 1);
+    assert_eq!(
+        read(&b, "x", 3, &calls).await,
+        (3, TierSource::Filled),
+        "refills"
+    );
+}
+
 #[test]
 fn zero_timeouts_are_refused() {
     let l2: Arc<dyn SecondLevel> = Arc::new(MemorySecondLevel::new());

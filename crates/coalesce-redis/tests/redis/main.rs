@@ -171,5 +171,16 @@ fn main() -> std::process::ExitCode {
                 )
             },
         ),
+        Case::redis(
+            "second_level::invalidate_all_reaches_every_key_and_fences_fills_in_other_processes",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::invalidate_all_reaches_every_key_and_fences_fills_in_other_processes(
+                        server,
+                    ),
+                )
+            },
+        ),
     ])
 }

@@ -738,3 +738,53 @@ pub(crate) async fn a_fill_announcement_wakes_the_waiting_process_before_its_pol
     assert_eq!(stats.fill_wakes, 1);
     assert!(b.l2.backplane_stats().unwrap().fills_received >= 1);
 }
+
+/// `invalidate_all` in A: every key is gone from Redis and from both L1s, and a fill B began
+/// before it (its version read before) cannot write its value after it.
+pub(crate) async fn invalidate_all_reaches_every_key_and_fences_fills_in_other_processes(
+    server: RedisServer,
+) {
+    let url = server.url();
+    let (a, b) = (process(&url).await, process(&url).await);
+    for key in ["x", "y"] {
+        read(&a, key, 1).await;
+        assert_eq!(read(&b, key, 2).await, (1, TierSource::L2));
+    }
+    let (gate, late) = gated_fill(&b, "z", 9).await;
+    let done = guard(a.tier.invalidate_all(), "invalidate_all")
+        .await
+        .unwrap();
+    assert_eq!((done.receivers, done.acked), (2, 2));
+    gate.notify_one();
+    assert_eq!(guard(late, "late fill").await.unwrap(), 9);
+    let view = observer(&url);
+    for key in [b"x".as_slice(), b"y", b"z"] {
+        let found = guard(view.get(key), "observe").await.unwrap();
+        assert_eq!(found, None, "nothing from before in Redis");
+    }
+    for p in [&a, &b] {
+        for key in ["x", "y", "z"] {
+            assert_eq!(
+                p.tier.get(&key.to_string()),
+                None,
+                "nothing from before in L1"
+            );
+        }
+    }
+    assert_eq!(b.tier.stats().fenced_writes, 1);
+    assert_eq!(read(&b, "x", 3).await, (3, TierSource::Filled), "refills");
+    assert_eq!(read(&a, "x", 4).await, (3, TierSource::L2));
+    // Values written with an unconditional `set` after the floor read back; per-key
+    // invalidations after it still fence.
+    guard(view.set(b"plain", b"v", TTL), "set").await.unwrap();
+    let got = guard(view.get(b"plain"), "get").await.unwrap().unwrap();
+    assert_eq!(got.value, b"v");
+    let before = guard(view.version(b"plain"), "version").await.unwrap();
+    guard(view.invalidate(b"plain"), "invalidate")
+        .await
+        .unwrap();
+    let landed = guard(view.set_if_version(b"plain", before, b"w", TTL), "cas")
+        .await
+        .unwrap();
+    assert!(!landed);
+}

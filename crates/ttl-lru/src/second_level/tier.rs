@@ -482,10 +482,59 @@ where
         // And after L2: a local fill that started between the two read L2 before the L2
         // invalidation, and took its L1 fence before this second one, which fences it.
         tier.cache.invalidate(key);
+        tier.settle_invalidation(result)
+    }
+}
+
+impl<K, V> TieredCache<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Invalidates **every** key across the fleet: invalidates this process's L1, then L2's
+    /// [`SecondLevel::invalidate_all`] (every value stored before becomes unreadable and every
+    /// version read before stops matching, atomically, so no fill anywhere that started before
+    /// can write to L2 after; every attached process drops its whole L1 and fences its fills,
+    /// acknowledged, bounded by `invalidate_timeout`), then this process's L1 again.
+    ///
+    /// When this returns `Ok`, the guarantees of [`invalidate`](Self::invalidate) hold for every
+    /// key at once.
+    ///
+    /// # Cancellation
+    /// As [`invalidate`](Self::invalidate): dropped while waiting for L2, this process's L1 is
+    /// already empty but the fleet-wide part may or may not have happened. Call it again.
+    ///
+    /// # Errors
+    /// [`InvalidateError::L2`]: L2 failed, timed out or does not support it
+    /// ([`L2Error::Unsupported`]); this process's L1 is invalidated anyway.
+    pub async fn invalidate_all(&self) -> Result<Invalidated, InvalidateError> {
+        let tier = &self.inner;
+        bump(&tier.counters.invalidations);
+        tier.cache.invalidate_all();
+        let result = match timeout(tier.invalidate_timeout, tier.l2.invalidate_all()).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(L2Error::TimedOut(tier.invalidate_timeout)),
+        };
+        // Again after L2, as in `invalidate`: fences local fills that read L2 in between.
+        tier.cache.invalidate_all();
+        tier.settle_invalidation(result)
+    }
+}
+
+impl<K, V> Tier<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Counts and traces an invalidation's L2 outcome.
+    fn settle_invalidation(
+        &self,
+        result: Result<Invalidated, L2Error>,
+    ) -> Result<Invalidated, InvalidateError> {
         match result {
             Ok(done) => {
                 if done.acked < done.receivers {
-                    bump(&tier.counters.unacked_invalidations);
+                    bump(&self.counters.unacked_invalidations);
                     tracing::warn!(
                         receivers = done.receivers,
                         acked = done.acked,
@@ -495,7 +544,7 @@ where
                 Ok(done)
             }
             Err(error) => {
-                bump(&tier.counters.invalidation_failures);
+                bump(&self.counters.invalidation_failures);
                 tracing::warn!(%error, "fleet invalidation failed; only this process's L1 was invalidated");
                 Err(InvalidateError::L2(error))
             }
