@@ -166,6 +166,7 @@ pub struct RedisSecondLevel {
     ack_timeout: Duration,
     max_value_len: usize,
     backplane: Option<Backplane>,
+    announce_fills: bool,
 }
 
 impl fmt::Debug for RedisSecondLevel {
@@ -190,6 +191,7 @@ pub struct RedisSecondLevelBuilder {
     ping_interval: Duration,
     max_value_len: usize,
     backplane: bool,
+    announce_fills: bool,
 }
 
 impl RedisSecondLevelBuilder {
@@ -242,6 +244,14 @@ impl RedisSecondLevelBuilder {
     /// Default [`REDIS_MAX_VALUE_LEN`]; set it to your server's `proto-max-bulk-len`.
     pub fn max_value_len(mut self, limit: usize) -> Self {
         self.max_value_len = limit;
+        self
+    }
+
+    /// Whether a fenced write that stored announces the key on the backplane (one `PUBLISH`
+    /// inside the write's script), waking other processes' leaders that wait for this fill
+    /// before their next poll. Default on (with the backplane); off, waiters poll.
+    pub fn announce_fills(mut self, on: bool) -> Self {
+        self.announce_fills = on;
         self
     }
 
@@ -298,6 +308,7 @@ impl RedisSecondLevelBuilder {
             ack_timeout: self.ack_timeout,
             max_value_len: self.max_value_len,
             backplane,
+            announce_fills: self.announce_fills,
         })
     }
 }
@@ -349,6 +360,7 @@ impl RedisSecondLevel {
             ping_interval: Duration::from_secs(1),
             max_value_len: REDIS_MAX_VALUE_LEN,
             backplane: true,
+            announce_fills: true,
         }
     }
 
@@ -488,10 +500,10 @@ impl SecondLevel for RedisSecondLevel {
         let millis = ttl_millis(ttl)?;
         let (data, version_key) = (self.data_key(key), self.version_key(key));
         let (epoch, floor) = (self.epoch_key(), self.floor_key());
-        let fills = self
-            .backplane
-            .as_ref()
-            .map_or_else(String::new, |b| b.fill_channel().to_owned());
+        let fills = match &self.backplane {
+            Some(backplane) if self.announce_fills => backplane.fill_channel().to_owned(),
+            _ => String::new(),
+        };
         let stored: i64 = self
             .connector
             .run(|mut connection| async move {
