@@ -138,8 +138,9 @@ where
     /// and the read together) before its leader stops waiting for L2 and fills from the origin
     /// at once, as if L2 were down (the value then stays out of L2: no version was read, so the
     /// write could not be fenced). A caller with a stale L1 copy never waits for L2 (the cache's
-    /// stale-while-revalidate answers it at once, and the refresh runs under the hard timeout
-    /// only). Default: none (each call is bounded by the hard timeout alone, so a miss can
+    /// stale-while-revalidate answers it at once, and with a fleet lease the refresh runs under
+    /// the hard timeout only; without one it is cut at the soft timeout too, and then fills
+    /// without L2). Default: none (each call is bounded by the hard timeout alone, so a miss can
     /// wait two of them). Set it under twice the hard timeout to bound what a slow L2 adds to
     /// a miss.
     pub fn l2_soft_timeout(mut self, limit: Duration) -> Self {
@@ -412,8 +413,12 @@ where
         let lead_key = key.clone();
         let make = move || {
             // Called when this caller leads a miss, or claimed the background refresh of a
-            // stale copy (stale-while-revalidate): a stale L1 copy says which (L1 miss path only).
-            let refresh = tier.cache.lookup(&lead_key).is_some_and(|e| e.is_stale());
+            // stale copy (stale-while-revalidate): a stale L1 copy says which. Only with a
+            // lease (the stand-down needs it), on the L1-miss path only. `Cache` has no
+            // uncounted way to ask, so this lookup is one more lookup (a miss, or a stale hit)
+            // in the cache's own `Stats` per leader.
+            let refresh =
+                tier.lease.is_some() && tier.cache.lookup(&lead_key).is_some_and(|e| e.is_stale());
             let origin = fill();
             tier.lead(lead_key, ttl_fn, origin, lead_note, refresh)
         };
@@ -683,6 +688,7 @@ where
             let version = self.l2_call("version", self.l2.version(&encoded)).await;
             (version, self.read_l2::<E>(&encoded).await)
         };
+        // A refresh (known only with a lease, see `get_or_try_insert`) has no caller waiting.
         let soft = self.l2_soft_timeout.filter(|_| !refresh);
         let (version, hit) = match soft {
             None => reads.await,
