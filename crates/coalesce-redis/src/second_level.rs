@@ -14,7 +14,11 @@
 //! stamped under the floor reads as missing. O(1) in Redis: nothing is scanned; old values
 //! expire with their ttl. The floor has no ttl: under an `allkeys-*` eviction policy Redis may
 //! evict it, which would resurrect values stored before the last `invalidate_all`; use
-//! `noeviction` or a `volatile-*` policy (which never evicts keys without a ttl). Both start from Redis's clock when missing,
+//! `noeviction` or a `volatile-*` policy (which never evicts keys without a ttl).
+//!
+//! **Upgrading** from a build without the floor: its values are unstamped (this build reads
+//! them as misses) and its writes do not check the floor, so do not mix the two in one fleet
+//! on one prefix; change `key_prefix` with the upgrade instead (the new fleet starts cold in L2). Both start from Redis's clock when missing,
 //! so versions never repeat and never match across a Redis that restarted empty (or evicted
 //! them), while the fleet invalidates less than once per microsecond on average. A standalone
 //! Redis (or one primary): the scripts touch several keys, which a Redis Cluster would need in
