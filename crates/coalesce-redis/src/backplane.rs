@@ -2,9 +2,15 @@
 //! copy of a key invalidated anywhere in the fleet, and acknowledges each message so the
 //! invalidating process can wait until every subscriber has dropped its copy.
 //!
-//! Messages on the invalidation channel are `origin (8 bytes) | nonce (8 bytes) | key bytes`;
+//! Messages on the invalidation channel are `origin (8 bytes) | nonce (8 bytes) | key bytes`
+//! (on `{channel}:all`, a fleet-wide invalidation, `origin | nonce` alone: drop every entry);
 //! after applying one, the subscriber publishes the nonce on the origin's own ack channel
 //! (`{channel}:ack:{origin in hex}`), to which only the origin subscribes.
+//!
+//! Fill announcements: the fenced write's script publishes the key's bytes on
+//! `{channel}:filled` when it stored; the subscriber tells its tiers
+//! ([`L1Sink::filled_encoded`]), whose leaders waiting for another process's fill re-check L2
+//! at once. Not acknowledged: a lost one costs the waiter one poll interval.
 //!
 //! **Losing the subscription.** Redis pub/sub is fire-and-forget: a message published while a
 //! subscriber is disconnected is lost for it. The subscriber task notices a loss when its
@@ -53,6 +59,8 @@ pub struct BackplaneStats {
     pub acks_sent: u64,
     /// Acknowledgements that could not be published.
     pub ack_failures: u64,
+    /// Fill announcements received (another process's fenced write landed in L2).
+    pub fills_received: u64,
 }
 
 #[derive(Default)]
@@ -63,12 +71,17 @@ struct Counters {
     malformed: AtomicU64,
     acks_sent: AtomicU64,
     ack_failures: AtomicU64,
+    fills_received: AtomicU64,
 }
 
 /// Settings of the subscriber.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) channel: String,
+    /// `{channel}:filled`, derived by [`Backplane::new`].
+    pub(crate) fill_channel: String,
+    /// `{channel}:all` (fleet-wide invalidations), derived by [`Backplane::new`].
+    pub(crate) all_channel: String,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) reconnect_backoff: Duration,
@@ -146,7 +159,9 @@ impl AckWait<'_> {
 }
 
 impl Backplane {
-    pub(crate) fn new(client: redis::Client, settings: Settings) -> Self {
+    pub(crate) fn new(client: redis::Client, mut settings: Settings) -> Self {
+        settings.fill_channel = format!("{}:filled", settings.channel);
+        settings.all_channel = format!("{}:all", settings.channel);
         let acks = Connector::new(
             client.clone(),
             settings.connect_timeout,
@@ -205,6 +220,14 @@ impl Backplane {
         &self.shared.settings.channel
     }
 
+    pub(crate) fn fill_channel(&self) -> &str {
+        &self.shared.settings.fill_channel
+    }
+
+    pub(crate) fn all_channel(&self) -> &str {
+        &self.shared.settings.all_channel
+    }
+
     /// Waits until the subscription is live.
     ///
     /// # Cancellation
@@ -225,6 +248,7 @@ impl Backplane {
             malformed: c.malformed.load(Relaxed),
             acks_sent: c.acks_sent.load(Relaxed),
             ack_failures: c.ack_failures.load(Relaxed),
+            fills_received: c.fills_received.load(Relaxed),
         }
     }
 }
@@ -299,7 +323,12 @@ async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
     let acks = ack_channel(&s.channel, shared.origin);
     bounded(
         s.command_timeout,
-        sink.subscribe(&[s.channel.as_str(), acks.as_str()]),
+        sink.subscribe(&[
+            s.channel.as_str(),
+            acks.as_str(),
+            s.fill_channel.as_str(),
+            s.all_channel.as_str(),
+        ]),
     )
     .await?;
     // Subscribed: every message published from now on reaches us. Anything cached or being
@@ -334,6 +363,13 @@ fn handle(shared: &Arc<Shared>, acks: &str, message: &redis::Msg) {
         }
         return;
     }
+    if message.get_channel_name() == shared.settings.fill_channel {
+        shared.counters.fills_received.fetch_add(1, Relaxed);
+        for tier in shared.sinks() {
+            tier.filled_encoded(payload);
+        }
+        return;
+    }
     if payload.len() < 16 {
         shared.counters.malformed.fetch_add(1, Relaxed);
         tracing::warn!(
@@ -347,8 +383,13 @@ fn handle(shared: &Arc<Shared>, acks: &str, message: &redis::Msg) {
     }
     let (origin, rest) = payload.split_at(8);
     let (nonce, key) = rest.split_at(8);
+    let everything = message.get_channel_name() == shared.settings.all_channel;
     for tier in shared.sinks() {
-        tier.invalidate_encoded(key);
+        if everything {
+            tier.invalidate_all();
+        } else {
+            tier.invalidate_encoded(key);
+        }
     }
     shared.counters.received.fetch_add(1, Relaxed);
     // Acknowledge after applying: the origin's invalidate returns once it has every ack. On a

@@ -5,6 +5,10 @@
 //! - [`RedisLease`]: the lease (`SET key token NX PX ttl`; compare-and-delete and
 //!   compare-and-extend Lua scripts), every call bounded by a timeout, reconnecting on its own.
 //! - [`coalesce::DistributedGroup`]: the group that uses it (in `coalesce`).
+//! - [`RedisSecondLevel`]: `ttl-lru`'s second level (L2 under a `TieredCache`) in Redis: the
+//!   fleet-wide fence (per-key versions, a version floor for `invalidate_all`), and the
+//!   backplane (pub/sub: invalidations with acknowledgements, and announcements of landed
+//!   fills that wake other processes' waiting leaders before their next poll).
 //! - [`test_server::RedisServer`]: a throwaway `redis-server` for tests and examples.
 //!
 //! The example is compiled, not run, by the doc tests (a skipped doc test would read as passed);

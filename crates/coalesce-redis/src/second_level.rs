@@ -4,7 +4,21 @@
 //!
 //! Keys: the value of key `k` (any bytes) lives at `{prefix}d:{k}`, its version at
 //! `{prefix}v:{k}`, and every version comes from one counter at `{prefix}counter`; a key without
-//! a version reads as the epoch at `{prefix}epoch`. Both start from Redis's clock when missing,
+//! a version reads as the epoch at `{prefix}epoch`.
+//!
+//! **Fleet-wide invalidation** ([`SecondLevel::invalidate_all`]) sets a version *floor* at
+//! `{prefix}floor`, a new counter value above every version and epoch handed out before: a
+//! key's version reads as the larger of its own (or the epoch) and the floor, so every version
+//! read before no longer matches, and every value is stored as `{stamp}:{bytes}` (the stamp:
+//! the version it was written at, or the floor for an unconditional `set`), and a value
+//! stamped under the floor reads as missing. O(1) in Redis: nothing is scanned; old values
+//! expire with their ttl. The floor has no ttl: under an `allkeys-*` eviction policy Redis may
+//! evict it, which would resurrect values stored before the last `invalidate_all`; use
+//! `noeviction` or a `volatile-*` policy (which never evicts keys without a ttl).
+//!
+//! **Upgrading** from a build without the floor: its values are unstamped (this build reads
+//! them as misses) and its writes do not check the floor, so do not mix the two in one fleet
+//! on one prefix; change `key_prefix` with the upgrade instead (the new fleet starts cold in L2). Both start from Redis's clock when missing,
 //! so versions never repeat and never match across a Redis that restarted empty (or evicted
 //! them), while the fleet invalidates less than once per microsecond on average. A standalone
 //! Redis (or one primary): the scripts touch several keys, which a Redis Cluster would need in
@@ -22,37 +36,65 @@ use crate::backplane::{self, Backplane, BackplaneStats};
 use crate::connection::Connector;
 use crate::lease::ConfigError;
 
-/// Value and remaining ttl in one round trip (`PTTL` -1: no expiry).
+/// Value and remaining ttl in one round trip (`PTTL` -1: no expiry); a value stamped under
+/// the floor (`KEYS[2]`), or without a stamp, reads as missing.
 const GET: &str = r"
 local v = redis.call('GET', KEYS[1])
 if not v then return false end
-return {v, redis.call('PTTL', KEYS[1])}
+local sep = string.find(v, ':', 1, true)
+if not sep then return false end
+local stamp = tonumber(string.sub(v, 1, sep - 1))
+local floor = tonumber(redis.call('GET', KEYS[2]) or '0')
+if not stamp or stamp < floor then return false end
+return {string.sub(v, sep + 1), redis.call('PTTL', KEYS[1])}
+";
+
+/// An unconditional store, stamped with the current floor (`KEYS[2]`).
+const SET: &str = r"
+local stamped = (redis.call('GET', KEYS[2]) or '0') .. ':' .. ARGV[1]
+if ARGV[2] == '0' then
+    redis.call('SET', KEYS[1], stamped)
+else
+    redis.call('SET', KEYS[1], stamped, 'PX', ARGV[2])
+end
+return 1
 ";
 
 /// A key without a version reads as the store's epoch (`KEYS[2]`): Redis's clock in
 /// microseconds when the epoch was first needed. A Redis that restarted empty gets a new, later
 /// epoch, so a version read before the restart never matches after it.
+/// The floor (`KEYS[3]`) raises every version to at least itself.
 const VERSION: &str = r"
 local version = redis.call('GET', KEYS[1])
-if version then return version end
-local epoch = redis.call('GET', KEYS[2])
-if not epoch then
-    local now = redis.call('TIME')
-    epoch = now[1] .. string.format('%06d', tonumber(now[2]))
-    redis.call('SET', KEYS[2], epoch)
+if not version then
+    version = redis.call('GET', KEYS[2])
+    if not version then
+        local now = redis.call('TIME')
+        version = now[1] .. string.format('%06d', tonumber(now[2]))
+        redis.call('SET', KEYS[2], version)
+    end
 end
-return epoch
+local floor = redis.call('GET', KEYS[3])
+if floor and tonumber(floor) > tonumber(version) then return floor end
+return version
 ";
 
 /// Stores only while the key's version (or, without one, the epoch `KEYS[3]`) is still the
-/// caller's.
+/// caller's; a stored value is announced on the backplane's fill channel (`ARGV[4]`, the key
+/// in `ARGV[5]`), in the same script, so waiters in other processes re-check at once.
 const SET_IF_VERSION: &str = r"
 local current = redis.call('GET', KEYS[2]) or redis.call('GET', KEYS[3])
+local floor = redis.call('GET', KEYS[4])
+if floor and (not current or tonumber(floor) > tonumber(current)) then current = floor end
 if current ~= ARGV[1] then return 0 end
+local stamped = ARGV[1] .. ':' .. ARGV[2]
 if ARGV[3] == '0' then
-    redis.call('SET', KEYS[1], ARGV[2])
+    redis.call('SET', KEYS[1], stamped)
 else
-    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+    redis.call('SET', KEYS[1], stamped, 'PX', ARGV[3])
+end
+if ARGV[4] ~= '' then
+    redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
 return 1
 ";
@@ -78,6 +120,28 @@ end
 return {version, receivers}
 ";
 
+/// Raises the floor (`KEYS[2]`) to a new counter (`KEYS[1]`) value above every version, the
+/// epoch (`KEYS[3]`) and the old floor, and publishes on the backplane's `all` channel.
+const INVALIDATE_ALL: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then
+    local now = redis.call('TIME')
+    redis.call('SET', KEYS[1], now[1] .. string.format('%06d', tonumber(now[2])))
+end
+local floor = redis.call('INCR', KEYS[1])
+local above = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'),
+                       tonumber(redis.call('GET', KEYS[3]) or '0'))
+if above >= floor then
+    floor = above + 1
+    redis.call('SET', KEYS[1], string.format('%d', floor))
+end
+redis.call('SET', KEYS[2], string.format('%d', floor))
+local receivers = 0
+if ARGV[1] ~= '' then
+    receivers = redis.call('PUBLISH', ARGV[1], ARGV[2])
+end
+return {floor, receivers}
+";
+
 /// Redis's default `proto-max-bulk-len`: the largest value it accepts.
 pub const REDIS_MAX_VALUE_LEN: usize = 512 * 1024 * 1024;
 
@@ -97,6 +161,8 @@ pub struct RedisSecondLevel {
     connector: Connector,
     prefix: String,
     get: redis::Script,
+    set: redis::Script,
+    invalidate_all: redis::Script,
     version: redis::Script,
     set_if_version: redis::Script,
     invalidate: redis::Script,
@@ -104,6 +170,7 @@ pub struct RedisSecondLevel {
     ack_timeout: Duration,
     max_value_len: usize,
     backplane: Option<Backplane>,
+    announce_fills: bool,
 }
 
 impl fmt::Debug for RedisSecondLevel {
@@ -128,6 +195,7 @@ pub struct RedisSecondLevelBuilder {
     ping_interval: Duration,
     max_value_len: usize,
     backplane: bool,
+    announce_fills: bool,
 }
 
 impl RedisSecondLevelBuilder {
@@ -183,6 +251,14 @@ impl RedisSecondLevelBuilder {
         self
     }
 
+    /// Whether a fenced write that stored announces the key on the backplane (one `PUBLISH`
+    /// inside the write's script), waking other processes' leaders that wait for this fill
+    /// before their next poll. Default on (with the backplane); off, waiters poll.
+    pub fn announce_fills(mut self, on: bool) -> Self {
+        self.announce_fills = on;
+        self
+    }
+
     /// Whether to run the backplane (subscribe, acknowledge, publish invalidations). Default on.
     pub fn backplane(mut self, on: bool) -> Self {
         self.backplane = on;
@@ -209,6 +285,8 @@ impl RedisSecondLevelBuilder {
                 client.clone(),
                 backplane::Settings {
                     channel: format!("{}bp", self.prefix),
+                    fill_channel: String::new(),
+                    all_channel: String::new(),
                     connect_timeout: self.connect_timeout,
                     command_timeout: self.command_timeout,
                     reconnect_backoff: self.reconnect_backoff,
@@ -225,6 +303,8 @@ impl RedisSecondLevelBuilder {
             ),
             prefix: self.prefix,
             get: redis::Script::new(GET),
+            set: redis::Script::new(SET),
+            invalidate_all: redis::Script::new(INVALIDATE_ALL),
             version: redis::Script::new(VERSION),
             set_if_version: redis::Script::new(SET_IF_VERSION),
             invalidate: redis::Script::new(INVALIDATE),
@@ -232,6 +312,7 @@ impl RedisSecondLevelBuilder {
             ack_timeout: self.ack_timeout,
             max_value_len: self.max_value_len,
             backplane,
+            announce_fills: self.announce_fills,
         })
     }
 }
@@ -283,6 +364,7 @@ impl RedisSecondLevel {
             ping_interval: Duration::from_secs(1),
             max_value_len: REDIS_MAX_VALUE_LEN,
             backplane: true,
+            announce_fills: true,
         }
     }
 
@@ -299,6 +381,11 @@ impl RedisSecondLevel {
     /// The Redis key of the counter every version comes from.
     pub fn counter_key(&self) -> Vec<u8> {
         [self.prefix.as_bytes(), b"counter"].concat()
+    }
+
+    /// The Redis key of the version floor that `invalidate_all` raises.
+    pub fn floor_key(&self) -> Vec<u8> {
+        [self.prefix.as_bytes(), b"floor"].concat()
     }
 
     /// The Redis key of the epoch that a key without a version reads as.
@@ -335,14 +422,18 @@ impl RedisSecondLevel {
 #[async_trait]
 impl SecondLevel for RedisSecondLevel {
     async fn get(&self, key: &[u8]) -> Result<Option<L2Entry>, L2Error> {
-        let data = self.data_key(key);
-        let found: Option<(Vec<u8>, i64)> =
-            self.connector
-                .run(|mut connection| async move {
-                    self.get.key(data).invoke_async(&mut connection).await
-                })
-                .await
-                .map_err(l2_error)?;
+        let (data, floor) = (self.data_key(key), self.floor_key());
+        let found: Option<(Vec<u8>, i64)> = self
+            .connector
+            .run(|mut connection| async move {
+                self.get
+                    .key(data)
+                    .key(floor)
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await
+            .map_err(l2_error)?;
         Ok(found.and_then(|(value, pttl)| match pttl {
             -1 => Some(L2Entry { value, ttl: None }),
             ms if ms > 0 => Some(L2Entry {
@@ -356,15 +447,16 @@ impl SecondLevel for RedisSecondLevel {
     async fn set(&self, key: &[u8], value: &[u8], ttl: Duration) -> Result<(), L2Error> {
         self.check_len(value)?;
         let millis = ttl_millis(ttl)?;
-        let data = self.data_key(key);
+        let (data, floor) = (self.data_key(key), self.floor_key());
         self.connector
             .run(|mut connection| async move {
-                let mut cmd = redis::cmd("SET");
-                cmd.arg(data).arg(value);
-                if millis > 0 {
-                    cmd.arg("PX").arg(millis);
-                }
-                cmd.query_async::<()>(&mut connection).await
+                self.set
+                    .key(data)
+                    .key(floor)
+                    .arg(value)
+                    .arg(millis)
+                    .invoke_async::<()>(&mut connection)
+                    .await
             })
             .await
             .map_err(l2_error)
@@ -385,12 +477,14 @@ impl SecondLevel for RedisSecondLevel {
 
     async fn version(&self, key: &[u8]) -> Result<Version, L2Error> {
         let (version_key, epoch) = (self.version_key(key), self.epoch_key());
+        let floor = self.floor_key();
         let version: u64 = self
             .connector
             .run(|mut connection| async move {
                 self.version
                     .key(version_key)
                     .key(epoch)
+                    .key(floor)
                     .invoke_async(&mut connection)
                     .await
             })
@@ -409,7 +503,11 @@ impl SecondLevel for RedisSecondLevel {
         self.check_len(value)?;
         let millis = ttl_millis(ttl)?;
         let (data, version_key) = (self.data_key(key), self.version_key(key));
-        let epoch = self.epoch_key();
+        let (epoch, floor) = (self.epoch_key(), self.floor_key());
+        let fills = match &self.backplane {
+            Some(backplane) if self.announce_fills => backplane.fill_channel().to_owned(),
+            _ => String::new(),
+        };
         let stored: i64 = self
             .connector
             .run(|mut connection| async move {
@@ -417,9 +515,12 @@ impl SecondLevel for RedisSecondLevel {
                     .key(data)
                     .key(version_key)
                     .key(epoch)
+                    .key(floor)
                     .arg(version.0.to_string())
                     .arg(value)
                     .arg(millis)
+                    .arg(fills)
+                    .arg(key)
                     .invoke_async(&mut connection)
                     .await
             })
@@ -445,6 +546,36 @@ impl SecondLevel for RedisSecondLevel {
                     .key(version_key)
                     .key(counter)
                     .arg(version_ttl)
+                    .arg(channel)
+                    .arg(message)
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await
+            .map_err(l2_error)?;
+        let acked = match acks.as_mut() {
+            Some(acks) => acks.wait(receivers, self.ack_timeout).await,
+            None => 0,
+        };
+        Ok(Invalidated::new(Version(version), receivers, acked))
+    }
+
+    async fn invalidate_all(&self) -> Result<Invalidated, L2Error> {
+        let (counter, floor, epoch) = (self.counter_key(), self.floor_key(), self.epoch_key());
+        let mut acks = self.backplane.as_ref().map(Backplane::expect_acks);
+        let (channel, message) = match (&self.backplane, &acks) {
+            (Some(backplane), Some(acks)) => {
+                (backplane.all_channel().to_owned(), acks.message(&[]))
+            }
+            _ => (String::new(), Vec::new()),
+        };
+        let (version, receivers): (u64, u64) = self
+            .connector
+            .run(|mut connection| async move {
+                self.invalidate_all
+                    .key(counter)
+                    .key(floor)
+                    .key(epoch)
                     .arg(channel)
                     .arg(message)
                     .invoke_async(&mut connection)

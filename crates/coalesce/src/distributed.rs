@@ -238,6 +238,12 @@ pub struct LeaseStats {
     pub filled_after_wait: u64,
     /// Leaders that filled without the lease because the service erred or timed out.
     pub failed_open: u64,
+    /// Re-checks of the shared cache started by a wake ([`DistributedGroup::run_woken`]) before
+    /// the poll interval was over.
+    pub woken: u64,
+    /// Re-checks of the shared cache started because a poll interval passed (the fallback when
+    /// no wake comes: none configured, or its message was lost).
+    pub polled: u64,
     /// Refreshes that stood down because another process held the lease.
     pub stood_down: u64,
     /// Background releases that erred or timed out (the lease then expires on its own).
@@ -258,6 +264,8 @@ struct Counters {
     found_by_recheck: AtomicU64,
     filled_after_wait: AtomicU64,
     failed_open: AtomicU64,
+    woken: AtomicU64,
+    polled: AtomicU64,
     stood_down: AtomicU64,
     release_failures: AtomicU64,
     renewed: AtomicU64,
@@ -382,6 +390,8 @@ impl<K, V, E> DistributedGroup<K, V, E> {
             found_by_recheck: c.found_by_recheck.load(Relaxed),
             filled_after_wait: c.filled_after_wait.load(Relaxed),
             failed_open: c.failed_open.load(Relaxed),
+            woken: c.woken.load(Relaxed),
+            polled: c.polled.load(Relaxed),
             stood_down: c.stood_down.load(Relaxed),
             renewed: c.renewed.load(Relaxed),
             renew_failures: c.renew_failures.load(Relaxed),
@@ -428,7 +438,7 @@ where
     pub async fn run<C, CFut, F, FFut>(
         &self,
         key: K,
-        mut recheck: C,
+        recheck: C,
         fill: F,
     ) -> Result<V, FlightError<E>>
     where
@@ -437,6 +447,36 @@ where
         F: FnOnce() -> FFut,
         FFut: Future<Output = Result<V, E>>,
     {
+        self.run_woken(key, recheck, fill, pending::<()>).await
+    }
+
+    /// [`run`](DistributedGroup::run), with an early wake: while the lease is held elsewhere,
+    /// this process re-checks the shared cache when the current `wake()` future completes, not
+    /// only every `poll_interval`. `wake` is called before each lease attempt (so a signal sent
+    /// after that attempt's answer and before the wait is not lost: make the future start
+    /// listening when it is created, e.g. `tokio::sync::Notify::notified`, or a future whose
+    /// state is armed at creation); it typically completes when another process announces that
+    /// the value landed in the shared cache (a backplane message). Polling stays the fallback: a
+    /// wake that never comes (a lost message) costs at most one `poll_interval`, and a spurious
+    /// one costs one re-check. Counted in [`LeaseStats::woken`] and [`LeaseStats::polled`].
+    ///
+    /// # Cancellation
+    /// As [`run`](DistributedGroup::run); a wake future is dropped with the wait it belongs to.
+    pub async fn run_woken<C, CFut, F, FFut, W, WFut>(
+        &self,
+        key: K,
+        mut recheck: C,
+        fill: F,
+        mut wake: W,
+    ) -> Result<V, FlightError<E>>
+    where
+        C: FnMut() -> CFut,
+        CFut: Future<Output = Option<V>>,
+        F: FnOnce() -> FFut,
+        FFut: Future<Output = Result<V, E>>,
+        W: FnMut() -> WFut,
+        WFut: Future<Output = ()>,
+    {
         let mut lead = match self.group.join(key).await {
             Joined::Leader(leader) => Lead { held: None, leader },
             Joined::Done(result) => return result,
@@ -444,7 +484,7 @@ where
         let lease_key = (self.lease_key)(lead.leader.key());
         match self
             .shared
-            .decide(&mut lead, &lease_key, Some(&mut recheck))
+            .decide(&mut lead, &lease_key, Some((&mut recheck, &mut wake)))
             .await
         {
             Step::Found(value) => lead.finish(Ok(value)),
@@ -475,7 +515,10 @@ where
             Joined::Done(result) => return Refresh::Done(result),
         };
         let lease_key = (self.lease_key)(lead.leader.key());
-        let no_recheck: Option<&mut fn() -> std::future::Ready<Option<V>>> = None;
+        // A refresh neither re-checks nor waits: no recheck, no wake.
+        type NoRecheck<V> = fn() -> std::future::Ready<Option<V>>;
+        type NoWake = fn() -> std::future::Pending<()>;
+        let no_recheck: Option<(&mut NoRecheck<V>, &mut NoWake)> = None;
         match self.shared.decide(&mut lead, &lease_key, no_recheck).await {
             Step::Fill => {
                 let result = self.shared.fill_renewing(lead.held.as_ref(), fill()).await;
@@ -496,23 +539,29 @@ where
 }
 
 impl Shared {
-    /// Asks the lease what the leader `lead` should do. With `recheck`, waits for a lease held
-    /// elsewhere (re-checking); without it (a refresh), stands down at once.
-    async fn decide<K, V, E, C, CFut>(
+    /// Asks the lease what the leader `lead` should do. With `recheck` (and its wake), waits
+    /// for a lease held elsewhere (re-checking at each wake or poll); without it (a refresh),
+    /// stands down at once.
+    async fn decide<K, V, E, C, CFut, W, WFut>(
         self: &Arc<Self>,
         lead: &mut Lead<'_, K, V, E>,
         lease_key: &str,
-        mut recheck: Option<&mut C>,
+        mut recheck: Option<(&mut C, &mut W)>,
     ) -> Step<V>
     where
         K: Hash + Eq,
         C: FnMut() -> CFut,
         CFut: Future<Output = Option<V>>,
+        W: FnMut() -> WFut,
+        WFut: Future<Output = ()>,
     {
         self.await_pending_release(lease_key).await;
         let deadline = saturating_deadline(Instant::now(), self.settings.ttl);
         let mut first = true;
         loop {
+            // Armed before the lease attempt: a wake sent after the holder's answer and before
+            // the wait below still ends that wait.
+            let mut woken = pin!(recheck.as_mut().map(|(_, wake)| wake()));
             match self.try_acquire(lease_key).await {
                 Ok(Acquire::Acquired(token)) => {
                     bump(&self.counters.granted);
@@ -521,7 +570,7 @@ impl Shared {
                         key: lease_key.to_owned(),
                         token,
                     });
-                    let Some(recheck) = recheck.as_mut() else {
+                    let Some((recheck, _)) = recheck.as_mut() else {
                         return Step::Fill;
                     };
                     // Double-check: the previous holder may have stored just before we asked.
@@ -551,15 +600,29 @@ impl Shared {
                 }
             }
             first = false;
-            let Some(recheck) = recheck.as_mut() else {
+            let Some((recheck, _)) = recheck.as_mut() else {
                 unreachable!("returned above");
             };
             let now = Instant::now();
             if now < deadline {
-                tokio::time::sleep_until(
+                let mut sleep = pin!(tokio::time::sleep_until(
                     deadline.min(saturating_deadline(now, self.settings.poll_interval)),
-                )
+                ));
+                // Whichever comes first: the poll interval or the wake.
+                let by_wake = poll_fn(|cx| {
+                    if let Some(wake) = woken.as_mut().as_pin_mut() {
+                        if wake.poll(cx).is_ready() {
+                            return Poll::Ready(true);
+                        }
+                    }
+                    sleep.as_mut().poll(cx).map(|()| false)
+                })
                 .await;
+                bump(if by_wake {
+                    &self.counters.woken
+                } else {
+                    &self.counters.polled
+                });
                 if let Some(value) = recheck().await {
                     bump(&self.counters.found_by_recheck);
                     return Step::Found(value);
@@ -730,4 +793,82 @@ impl Drop for Reinsert<'_> {
 fn saturating_deadline(now: Instant, after: Duration) -> Instant {
     now.checked_add(after)
         .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 24 * 3600))
+}
+
+#[cfg(test)]
+mod wake_tests {
+    //! The early wake of [`DistributedGroup::run_woken`], on tokio's paused clock: a delivered
+    //! wake ends the wait before the poll interval; a lost one falls back to polling.
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::sync::Notify;
+    use tokio::time::Instant;
+
+    use super::{DistributedGroup, LeaseStats};
+    use crate::lease::{Acquire, FillLease};
+    use crate::{Group, MemoryLease};
+
+    /// Another "process" holds the lease and stores 7 in the shared cache after 50 ms,
+    /// announcing it on `notify` if `deliver`; this one waits with a 10 s poll interval.
+    async fn wait_for_the_holder(deliver: bool) -> (u64, LeaseStats, Duration) {
+        let lease = Arc::new(MemoryLease::new());
+        let held = lease.try_acquire("k", Duration::from_secs(60)).await;
+        assert!(matches!(held, Ok(Acquire::Acquired(_))));
+        let group: DistributedGroup<String, u64> = DistributedGroup::builder(lease)
+            .ttl(Duration::from_secs(60))
+            .poll_interval(Duration::from_secs(10))
+            .build(Group::new())
+            .unwrap();
+        let shared = Arc::new(parking_lot::Mutex::new(None::<u64>));
+        let notify = Arc::new(Notify::new());
+        let holder = {
+            let (shared, notify) = (shared.clone(), notify.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                *shared.lock() = Some(7);
+                if deliver {
+                    notify.notify_waiters();
+                }
+            })
+        };
+        let start = Instant::now();
+        let value = group
+            .run_woken(
+                "k".to_string(),
+                || {
+                    let found = *shared.lock();
+                    async move { found }
+                },
+                || async { Ok::<_, std::convert::Infallible>(0) },
+                || notify.notified(),
+            )
+            .await
+            .unwrap();
+        holder.await.unwrap();
+        (value, group.stats(), start.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delivered_wake_ends_the_wait_before_the_poll_interval() {
+        let (value, stats, waited) = wait_for_the_holder(true).await;
+        assert_eq!(value, 7);
+        assert_eq!(
+            (stats.woken, stats.polled, stats.found_by_recheck),
+            (1, 0, 1)
+        );
+        assert_eq!(waited, Duration::from_millis(50), "no poll interval on top");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_wake_still_completes_by_polling() {
+        let (value, stats, waited) = wait_for_the_holder(false).await;
+        assert_eq!(value, 7);
+        assert_eq!(
+            (stats.woken, stats.polled, stats.found_by_recheck),
+            (0, 1, 1)
+        );
+        assert_eq!(waited, Duration::from_secs(10), "one poll interval");
+    }
 }

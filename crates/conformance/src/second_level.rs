@@ -252,6 +252,7 @@ case_table!(
     versions_never_repeat,
     keys_are_independent,
     invalidation_reaches_the_other_handles_sinks,
+    invalidate_all_drops_every_value_and_fences_every_version,
     invalid_ttl_is_a_typed_error,
     store_down_answers_errors_promptly,
 );
@@ -586,6 +587,61 @@ pub async fn store_down_answers_errors_promptly(ctx: Ctx) -> CaseResult {
         )?;
     }
     Ok(())
+}
+
+/// The fleet-wide invalidation: every value stored before is gone and every version read before
+/// (of a key never invalidated, and of one invalidated on its own) is refused afterwards; a
+/// version read afterwards writes again. A store that does not support it fails this case.
+pub async fn invalidate_all_drops_every_value_and_fences_every_version(ctx: Ctx) -> CaseResult {
+    let (plain, own, long) = (ctx.key(b"plain"), ctx.key(b"own"), ctx.settings.long_ttl);
+    let before = ctx.ok("version", ctx.a.version(&plain)).await?;
+    let stored = ctx
+        .ok(
+            "set_if_version",
+            ctx.a.set_if_version(&plain, before, b"a", long),
+        )
+        .await?;
+    ctx.ensure(stored, "a write at the current version to land", "refused")?;
+    ctx.ok("invalidate", ctx.a.invalidate(&own)).await?;
+    let own_before = ctx.ok("version", ctx.a.version(&own)).await?;
+    ctx.ok("invalidate_all", ctx.b.invalidate_all()).await?;
+    let got = ctx.ok("get", ctx.a.get(&plain)).await?;
+    ctx.ensure(
+        got.is_none(),
+        "no value stored before invalidate_all to be readable",
+        format!("{got:?}"),
+    )?;
+    for (key, version) in [(&plain, before), (&own, own_before)] {
+        let landed = ctx
+            .ok(
+                "set_if_version",
+                ctx.a.set_if_version(key, version, b"old", long),
+            )
+            .await?;
+        ctx.ensure(
+            !landed,
+            "a write at a version read before invalidate_all to be refused",
+            "stored",
+        )?;
+    }
+    let after = ctx.ok("version", ctx.a.version(&plain)).await?;
+    let landed = ctx
+        .ok(
+            "set_if_version",
+            ctx.a.set_if_version(&plain, after, b"new", long),
+        )
+        .await?;
+    ctx.ensure(
+        landed,
+        "a write at a version read after invalidate_all to land",
+        "refused",
+    )?;
+    let got = ctx.ok("get", ctx.b.get(&plain)).await?;
+    ctx.ensure(
+        got.as_ref().is_some_and(|e| e.value == b"new"),
+        "the new value",
+        format!("{got:?}"),
+    )
 }
 
 /// The second-level suite over a factory of fresh services.

@@ -47,6 +47,8 @@ struct Bugs {
     accepts_zero_ttl: bool,
     /// Keys are truncated at the first NUL byte (C strings).
     truncates_keys: bool,
+    /// `invalidate_all` only tells the sinks: values and versions survive it.
+    shallow_invalidate_all: bool,
 }
 
 struct Broken {
@@ -129,6 +131,13 @@ impl SecondLevel for Broken {
         self.gate().await?;
         self.inner.invalidate(self.key(key)).await
     }
+    async fn invalidate_all(&self) -> Result<Invalidated, L2Error> {
+        self.gate().await?;
+        if self.bugs.shallow_invalidate_all {
+            return Ok(Invalidated::new(Version(0), 0, 0));
+        }
+        self.inner.invalidate_all().await
+    }
     fn attach(&self, sink: Weak<dyn L1Sink>) {
         if !self.bugs.silent_backplane {
             self.inner.attach(sink);
@@ -178,7 +187,14 @@ async fn failed_cases(bugs: Bugs) -> Vec<&'static str> {
 
 #[tokio::test(start_paused = true)]
 async fn each_broken_store_fails_the_case_that_catches_it() {
-    let cases: [(Bugs, &[&str]); 7] = [
+    let cases: [(Bugs, &[&str]); 8] = [
+        (
+            Bugs {
+                shallow_invalidate_all: true,
+                ..Bugs::default()
+            },
+            &["invalidate_all_drops_every_value_and_fences_every_version"],
+        ),
         (
             Bugs {
                 unfenced_write: true,

@@ -447,6 +447,232 @@ async fn fill_errors_go_through_l2_with_a_negative_codec_and_are_fenced() {
     assert_eq!(a.stats().fenced_writes, 1);
 }
 
+/// A tier with a stale-while-revalidate window over the shared L2 and lease.
+fn leased_swr(l2: &MemorySecondLevel, lease: &Arc<MemoryLease>) -> Tier {
+    let cache = Cache::builder(1000)
+        .clock(TokioClock::new())
+        .stale_while_revalidate(Duration::from_secs(60))
+        .build();
+    TieredCache::builder(cache, Arc::new(l2.clone()), StringCodec, U64Codec)
+        .lease(
+            DistributedGroup::builder(lease.clone())
+                .ttl(Duration::from_secs(30))
+                .poll_interval(Duration::from_millis(10)),
+        )
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_stands_down_while_another_process_holds_the_lease_and_serves_stale() {
+    use coalesce::{Acquire, FillLease};
+    let l2 = MemorySecondLevel::new();
+    let lease = Arc::new(MemoryLease::new());
+    let b = leased_swr(&l2, &lease);
+    let calls = Arc::new(AtomicUsize::new(0));
+    assert_eq!(read(&b, "k", 1, &calls).await, (1, TierSource::Filled));
+    // Past the ttl in L1 (stale) and in L2 (gone); another process holds the key's lease (the
+    // tier's lease key is the hex of the encoded key) and is refreshing it.
+    tokio::time::advance(TTL + Duration::from_secs(1)).await;
+    let held = lease.try_acquire("6b", Duration::from_secs(600)).await;
+    assert!(matches!(held, Ok(Acquire::Acquired(_))));
+    assert_eq!(read(&b, "k", 2, &calls).await, (1, TierSource::Stale));
+    // Longer than the lease ttl: a refresh that waited for the holder would have filled by now.
+    for _ in 0..50 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        calls.load(SeqCst),
+        1,
+        "the refresh stood down: no fill here"
+    );
+    assert!(b.stats().stand_downs >= 1);
+    assert!(b.stats().lease.unwrap().stood_down >= 1);
+    assert_eq!(
+        read(&b, "k", 3, &calls).await,
+        (1, TierSource::Stale),
+        "the stale copy is still served"
+    );
+    // Once the holder's value lands in L2, the next refresh takes it (no fill here either).
+    l2.set(b"k", &[0, 9, 0, 0, 0, 0, 0, 0, 0], TTL)
+        .await
+        .unwrap();
+    tokio::task::yield_now().await;
+    for _ in 0..5 {
+        tokio::time::advance(Duration::from_millis(10)).await;
+        tokio::task::yield_now().await;
+    }
+    let _ = read(&b, "k", 4, &calls).await;
+    for _ in 0..5 {
+        tokio::time::advance(Duration::from_millis(10)).await;
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(calls.load(SeqCst), 1);
+}
+
+/// Process A fills a cold key in 50 ms while B (10 s polls) waits for A's lease; returns B's
+/// wait on the paused clock and B's stats.
+async fn wait_for_the_other_process(l2: &MemorySecondLevel) -> (Duration, ttl_lru::TierStats) {
+    let lease = Arc::new(MemoryLease::new());
+    let slow_polls = |l2: &MemorySecondLevel| {
+        TieredCache::builder(l1(), Arc::new(l2.clone()), StringCodec, U64Codec)
+            .lease(
+                DistributedGroup::builder(lease.clone())
+                    .ttl(Duration::from_secs(60))
+                    .poll_interval(Duration::from_secs(10)),
+            )
+            .build()
+            .unwrap()
+    };
+    let (a, b): (Tier, Tier) = (slow_polls(l2), slow_polls(l2));
+    let filler = tokio::spawn(async move {
+        a.get_or_try_insert(
+            "cold".to_string(),
+            |_| TTL,
+            || async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok::<_, String>(7)
+            },
+        )
+        .await
+        .unwrap()
+    });
+    tokio::task::yield_now().await;
+    let start = tokio::time::Instant::now();
+    let got = b
+        .get_or_try_insert("cold".to_string(), |_| TTL, || async { Ok::<_, String>(8) })
+        .await
+        .unwrap();
+    assert_eq!((got.value, got.source), (7, TierSource::Fleet));
+    assert_eq!(filler.await.unwrap().source, TierSource::Filled);
+    (start.elapsed(), b.stats())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fill_announcement_wakes_the_other_processs_waiter_before_its_poll() {
+    let l2 = MemorySecondLevel::new();
+    let (waited, stats) = wait_for_the_other_process(&l2).await;
+    assert_eq!(
+        waited,
+        Duration::from_millis(50),
+        "no poll interval on top of the fill"
+    );
+    assert_eq!(stats.fill_wakes, 1);
+    let lease = stats.lease.unwrap();
+    assert_eq!((lease.woken, lease.polled), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_fill_announcement_still_completes_by_polling() {
+    let l2 = MemorySecondLevel::new();
+    l2.set_fill_announcements_lost(true);
+    let (waited, stats) = wait_for_the_other_process(&l2).await;
+    assert_eq!(waited, Duration::from_secs(10), "one poll interval");
+    assert_eq!(stats.fill_wakes, 0);
+    let lease = stats.lease.unwrap();
+    assert_eq!((lease.woken, lease.polled), (0, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_soft_timeout_bounds_a_misss_wait_for_a_slow_l2_and_the_hard_one_each_call() {
+    let l2 = MemorySecondLevel::new();
+    let tier = |soft: Option<Duration>| {
+        let builder = TieredCache::builder(l1(), Arc::new(l2.clone()), StringCodec, U64Codec)
+            .l2_timeout(Duration::from_millis(100));
+        match soft {
+            Some(soft) => builder.l2_soft_timeout(soft),
+            None => builder,
+        }
+        .build()
+        .unwrap()
+    };
+    let (hard_only, soft) = (tier(None), tier(Some(Duration::from_millis(30))));
+    let calls = Arc::new(AtomicUsize::new(0));
+    l2.set_stalled(true);
+    let start = tokio::time::Instant::now();
+    assert_eq!(
+        read(&hard_only, "a", 1, &calls).await,
+        (1, TierSource::Filled)
+    );
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(200),
+        "two hard timeouts"
+    );
+    assert_eq!(hard_only.stats().l2_timeouts, 2);
+    let start = tokio::time::Instant::now();
+    assert_eq!(read(&soft, "b", 2, &calls).await, (2, TierSource::Filled));
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(30),
+        "the soft timeout"
+    );
+    let s = soft.stats();
+    assert_eq!((s.l2_soft_timeouts, s.skipped_writes), (1, 1));
+    l2.set_stalled(false);
+    assert!(
+        TieredCache::builder(l1(), Arc::new(l2.clone()), StringCodec, U64Codec)
+            .l2_soft_timeout(Duration::ZERO)
+            .build()
+            .is_err()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalidate_all_reaches_every_key_every_process_and_fences_fills_that_began_before() {
+    let l2 = MemorySecondLevel::new();
+    let (a, b) = (process(&l2), process(&l2));
+    let calls = Arc::new(AtomicUsize::new(0));
+    for key in ["x", "y"] {
+        read(&a, key, 1, &calls).await;
+        assert_eq!(read(&b, key, 2, &calls).await, (1, TierSource::L2));
+    }
+    // A fill in B that began (read its version) before the invalidation.
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let late = {
+        let (b, gate) = (b.clone(), gate.clone());
+        tokio::spawn(async move {
+            b.get_or_try_insert(
+                "z".to_string(),
+                |_| TTL,
+                move || async move {
+                    gate.notified().await;
+                    Ok::<_, String>(9)
+                },
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let done = a.invalidate_all().await.unwrap();
+    assert_eq!((done.receivers, done.acked), (2, 2));
+    gate.notify_one();
+    assert_eq!(
+        late.await.unwrap().unwrap().value,
+        9,
+        "its callers still get it"
+    );
+    for key in [b"x".as_slice(), b"y", b"z"] {
+        assert!(!l2.contains(key), "nothing from before in L2");
+    }
+    for p in [&a, &b] {
+        for key in ["x", "y", "z"] {
+            assert_eq!(
+                p.get(&key.to_string()),
+                None,
+                "nothing from before in any L1"
+            );
+        }
+    }
+    assert_eq!(b.stats().fenced_writes, 1);
+    assert_eq!(
+        read(&b, "x", 3, &calls).await,
+        (3, TierSource::Filled),
+        "refills"
+    );
+}
+
 #[test]
 fn zero_timeouts_are_refused() {
     let l2: Arc<dyn SecondLevel> = Arc::new(MemorySecondLevel::new());

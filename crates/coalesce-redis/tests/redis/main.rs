@@ -160,5 +160,27 @@ fn main() -> std::process::ExitCode {
                 )
             },
         ),
+        Case::redis(
+            "second_level::a_fill_announcement_wakes_the_waiting_process_before_its_poll",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::a_fill_announcement_wakes_the_waiting_process_before_its_poll(
+                        server,
+                    ),
+                )
+            },
+        ),
+        Case::redis(
+            "second_level::invalidate_all_reaches_every_key_and_fences_fills_in_other_processes",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::invalidate_all_reaches_every_key_and_fences_fills_in_other_processes(
+                        server,
+                    ),
+                )
+            },
+        ),
     ])
 }

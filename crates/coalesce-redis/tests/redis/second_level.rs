@@ -44,6 +44,17 @@ pub(crate) struct Proc {
 }
 
 pub(crate) fn process_with(url: &str, backoff: Duration, backplane: bool, lease: bool) -> Proc {
+    process_polling(url, backoff, backplane, lease, Duration::from_millis(10))
+}
+
+/// As [`process_with`], re-checking L2 every `poll` while another process holds the lease.
+pub(crate) fn process_polling(
+    url: &str,
+    backoff: Duration,
+    backplane: bool,
+    lease: bool,
+    poll: Duration,
+) -> Proc {
     let l2 = l2(url, backoff, backplane);
     let mut builder = TieredCache::builder(
         Cache::new(1000),
@@ -64,7 +75,7 @@ pub(crate) fn process_with(url: &str, backoff: Duration, backplane: bool, lease:
         builder = builder.lease(
             DistributedGroup::builder(Arc::new(lease))
                 .ttl(Duration::from_secs(10))
-                .poll_interval(Duration::from_millis(10))
+                .poll_interval(poll)
                 .lease_timeout(Duration::from_millis(500)),
         );
     }
@@ -685,4 +696,95 @@ pub(crate) async fn killing_redis_mid_invalidation_neither_hangs_nor_leaves_stal
     .await;
     let (v, _) = read(&b, "k", 3).await;
     assert_eq!(v, 3, "the next read fills again");
+}
+
+/// B waits for A's fill with a poll interval far longer than the fill; A's fenced write is
+/// announced on the backplane and wakes B, which re-checks L2 before any poll (counted as
+/// woken, never as polled; nothing here reads a clock).
+pub(crate) async fn a_fill_announcement_wakes_the_waiting_process_before_its_poll(
+    server: RedisServer,
+) {
+    let url = server.url();
+    let poll = Duration::from_secs(20);
+    let a = process_polling(&url, Duration::from_millis(50), true, true, poll);
+    let b = process_polling(&url, Duration::from_millis(50), true, true, poll);
+    guard(a.l2.wait_subscribed(), "subscribe a").await;
+    guard(b.l2.wait_subscribed(), "subscribe b").await;
+    let (gate, filler) = gated_fill(&a, "cold", 7).await;
+    let waiter = tokio::spawn({
+        let tier = b.tier.clone();
+        async move {
+            tier.get_or_try_insert("cold".to_string(), |_| TTL, || async { Ok::<_, String>(8) })
+                .await
+                .unwrap()
+        }
+    });
+    guard(
+        async {
+            while b.tier.stats().lease.unwrap().held_elsewhere == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        },
+        "b finds the lease held",
+    )
+    .await;
+    gate.notify_one();
+    assert_eq!(guard(filler, "fill").await.unwrap(), 7);
+    let got = guard(waiter, "wait").await.unwrap();
+    assert_eq!((got.value, got.source), (7, TierSource::Fleet));
+    let stats = b.tier.stats();
+    let lease = stats.lease.unwrap();
+    assert_eq!((lease.woken, lease.polled), (1, 0), "{stats:?}");
+    assert_eq!(stats.fill_wakes, 1);
+    assert!(b.l2.backplane_stats().unwrap().fills_received >= 1);
+}
+
+/// `invalidate_all` in A: every key is gone from Redis and from both L1s, and a fill B began
+/// before it (its version read before) cannot write its value after it.
+pub(crate) async fn invalidate_all_reaches_every_key_and_fences_fills_in_other_processes(
+    server: RedisServer,
+) {
+    let url = server.url();
+    let (a, b) = (process(&url).await, process(&url).await);
+    for key in ["x", "y"] {
+        read(&a, key, 1).await;
+        assert_eq!(read(&b, key, 2).await, (1, TierSource::L2));
+    }
+    let (gate, late) = gated_fill(&b, "z", 9).await;
+    let done = guard(a.tier.invalidate_all(), "invalidate_all")
+        .await
+        .unwrap();
+    assert_eq!((done.receivers, done.acked), (2, 2));
+    gate.notify_one();
+    assert_eq!(guard(late, "late fill").await.unwrap(), 9);
+    let view = observer(&url);
+    for key in [b"x".as_slice(), b"y", b"z"] {
+        let found = guard(view.get(key), "observe").await.unwrap();
+        assert_eq!(found, None, "nothing from before in Redis");
+    }
+    for p in [&a, &b] {
+        for key in ["x", "y", "z"] {
+            assert_eq!(
+                p.tier.get(&key.to_string()),
+                None,
+                "nothing from before in L1"
+            );
+        }
+    }
+    assert_eq!(b.tier.stats().fenced_writes, 1);
+    assert_eq!(read(&b, "x", 3).await, (3, TierSource::Filled), "refills");
+    assert_eq!(read(&a, "x", 4).await, (3, TierSource::L2));
+    // Values written with an unconditional `set` after the floor read back; per-key
+    // invalidations after it still fence.
+    guard(view.set(b"plain", b"v", TTL), "set").await.unwrap();
+    let got = guard(view.get(b"plain"), "get").await.unwrap().unwrap();
+    assert_eq!(got.value, b"v");
+    let before = guard(view.version(b"plain"), "version").await.unwrap();
+    guard(view.invalidate(b"plain"), "invalidate")
+        .await
+        .unwrap();
+    let landed = guard(view.set_if_version(b"plain", before, b"w", TTL), "cas")
+        .await
+        .unwrap();
+    assert!(!landed);
 }

@@ -67,6 +67,9 @@ pub enum L2Error {
     /// A time-to-live under 1 ms (the store counts whole milliseconds).
     #[error("invalid second-level ttl {0:?}: it must be at least 1 ms")]
     InvalidTtl(Duration),
+    /// The store does not implement this operation (e.g. [`SecondLevel::invalidate_all`]).
+    #[error("the second level does not support {0}")]
+    Unsupported(&'static str),
 }
 
 impl L2Error {
@@ -90,7 +93,10 @@ impl L2Error {
 ///   untouched version expire after a long time; a fill longer than that is not fenced);
 /// - **bounded calls**: an unreachable store answers with an [`L2Error`] within the
 ///   implementation's own timeout, never hangs (the tier adds its own timeout on top);
-/// - **keys and values are any bytes**, including empty.
+/// - **keys and values are any bytes**, including empty;
+/// - **fill announcements** (optional, best effort): after a `set_if_version` that stored, the
+///   attached [`L1Sink`]s of every process are told ([`L1Sink::filled_encoded`]), so waiters
+///   wake early; without them the tier polls.
 ///
 /// # Cancellation
 /// A call dropped before it completes may or may not have taken effect. A dropped
@@ -124,6 +130,17 @@ pub trait SecondLevel: Send + Sync + 'static {
     /// confirm. Returns what it reached.
     async fn invalidate(&self, key: &[u8]) -> Result<Invalidated, L2Error>;
 
+    /// Invalidates **every** key at once, fleet-wide: afterwards no value stored before is
+    /// returned by [`get`](Self::get), every version read before no longer matches (so no
+    /// [`set_if_version`](Self::set_if_version) that read its version before can land after),
+    /// and every attached [`L1Sink`] in the fleet is told to drop everything
+    /// ([`L1Sink::invalidate_all`]), waiting (bounded) for their confirmations. Returns the
+    /// version floor it set (every version read afterwards is at least that) and what the
+    /// message reached. Default: [`L2Error::Unsupported`].
+    async fn invalidate_all(&self) -> Result<Invalidated, L2Error> {
+        Err(L2Error::Unsupported("invalidate_all"))
+    }
+
     /// Registers a sink to be told about invalidations made anywhere in the fleet. A backend
     /// without a backplane ignores it (the default). Called by the tier when it is built.
     fn attach(&self, sink: Weak<dyn L1Sink>) {
@@ -138,6 +155,15 @@ pub trait L1Sink: Send + Sync {
     fn invalidate_encoded(&self, key: &[u8]);
 
     /// Drops every L1 entry and fences every in-flight fill: the backplane may have missed
-    /// messages (its subscription was lost and is back).
+    /// messages (its subscription was lost and is back), or the fleet invalidated everything
+    /// ([`SecondLevel::invalidate_all`]).
     fn invalidate_all(&self);
+
+    /// A fenced write of the key whose encoded form is `key` just landed in L2 (announced by
+    /// the process that wrote it): leaders of this process waiting for another process's fill
+    /// re-check L2 now instead of at their next poll. Best effort: a lost announcement costs a
+    /// poll interval. Default: ignored.
+    fn filled_encoded(&self, key: &[u8]) {
+        let _ = key;
+    }
 }

@@ -22,11 +22,35 @@ pub struct MemorySecondLevel {
 
 #[derive(Default)]
 struct Shared {
-    keys: parking_lot::Mutex<HashMap<Vec<u8>, Slot>>,
+    keys: parking_lot::Mutex<Keys>,
     sinks: parking_lot::Mutex<Vec<Weak<dyn L1Sink>>>,
     max_value_len: parking_lot::Mutex<Option<usize>>,
     down: AtomicBool,
     stalled: AtomicBool,
+    /// Fill announcements are dropped (a lossy backplane), for tests of the polling fallback.
+    mute_fills: AtomicBool,
+}
+
+/// The slots, and the generation `invalidate_all` bumps: a key's version is
+/// `generation << 32 | its own count`, so a fleet-wide invalidation changes every version.
+#[derive(Default)]
+struct Keys {
+    slots: HashMap<Vec<u8>, Slot>,
+    generation: u64,
+}
+
+impl Keys {
+    fn version(&self, key: &[u8]) -> u64 {
+        (self.generation << 32) | self.slots.get(key).map_or(0, |slot| slot.version)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<&Slot> {
+        self.slots.get(key)
+    }
+
+    fn entry(&mut self, key: Vec<u8>) -> &mut Slot {
+        self.slots.entry(key).or_default()
+    }
 }
 
 #[derive(Default)]
@@ -38,7 +62,7 @@ struct Slot {
 impl std::fmt::Debug for MemorySecondLevel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemorySecondLevel")
-            .field("keys", &self.shared.keys.lock().len())
+            .field("keys", &self.shared.keys.lock().slots.len())
             .finish_non_exhaustive()
     }
 }
@@ -68,6 +92,18 @@ impl MemorySecondLevel {
     /// While `stalled`, every call waits forever (a store that stopped answering).
     pub fn set_stalled(&self, stalled: bool) {
         self.shared.stalled.store(stalled, Relaxed);
+    }
+
+    /// While `lost`, fill announcements are not delivered (as if every backplane message about
+    /// a landed fill were lost): waiting processes fall back to polling.
+    pub fn set_fill_announcements_lost(&self, lost: bool) {
+        self.shared.mute_fills.store(lost, Relaxed);
+    }
+
+    fn sinks(&self) -> Vec<Arc<dyn L1Sink>> {
+        let mut sinks = self.shared.sinks.lock();
+        sinks.retain(|s| s.strong_count() > 0);
+        sinks.iter().filter_map(Weak::upgrade).collect()
     }
 
     /// Whether a live (unexpired) value is stored under `key`: for tests.
@@ -131,13 +167,13 @@ impl SecondLevel for MemorySecondLevel {
         self.gate().await?;
         let expires = self.check(value, ttl)?;
         let mut keys = self.shared.keys.lock();
-        keys.entry(key.to_vec()).or_default().value = Some((value.to_vec(), expires));
+        keys.entry(key.to_vec()).value = Some((value.to_vec(), expires));
         Ok(())
     }
 
     async fn delete(&self, key: &[u8]) -> Result<(), L2Error> {
         self.gate().await?;
-        if let Some(slot) = self.shared.keys.lock().get_mut(key) {
+        if let Some(slot) = self.shared.keys.lock().slots.get_mut(key) {
             slot.value = None;
         }
         Ok(())
@@ -145,8 +181,7 @@ impl SecondLevel for MemorySecondLevel {
 
     async fn version(&self, key: &[u8]) -> Result<Version, L2Error> {
         self.gate().await?;
-        let keys = self.shared.keys.lock();
-        Ok(Version(keys.get(key).map_or(0, |slot| slot.version)))
+        Ok(Version(self.shared.keys.lock().version(key)))
     }
 
     async fn set_if_version(
@@ -159,11 +194,17 @@ impl SecondLevel for MemorySecondLevel {
         self.gate().await?;
         let expires = self.check(value, ttl)?;
         let mut keys = self.shared.keys.lock();
-        let slot = keys.entry(key.to_vec()).or_default();
-        if slot.version != version.0 {
+        if keys.version(key) != version.0 {
             return Ok(false);
         }
-        slot.value = Some((value.to_vec(), expires));
+        keys.entry(key.to_vec()).value = Some((value.to_vec(), expires));
+        drop(keys);
+        // The backplane's fill announcement (after the value is readable).
+        if !self.shared.mute_fills.load(Relaxed) {
+            for sink in self.sinks() {
+                sink.filled_encoded(key);
+            }
+        }
         Ok(true)
     }
 
@@ -171,19 +212,31 @@ impl SecondLevel for MemorySecondLevel {
         self.gate().await?;
         let version = {
             let mut keys = self.shared.keys.lock();
-            let slot = keys.entry(key.to_vec()).or_default();
+            let slot = keys.entry(key.to_vec());
             slot.version += 1;
             slot.value = None;
-            slot.version
+            keys.version(key)
         };
         // The backplane: every live sink drops its copy before this returns (all "ack").
-        let sinks: Vec<Arc<dyn L1Sink>> = {
-            let mut sinks = self.shared.sinks.lock();
-            sinks.retain(|s| s.strong_count() > 0);
-            sinks.iter().filter_map(Weak::upgrade).collect()
-        };
+        let sinks = self.sinks();
         for sink in &sinks {
             sink.invalidate_encoded(key);
+        }
+        let n = sinks.len() as u64;
+        Ok(Invalidated::new(Version(version), n, n))
+    }
+
+    async fn invalidate_all(&self) -> Result<Invalidated, L2Error> {
+        self.gate().await?;
+        let version = {
+            let mut keys = self.shared.keys.lock();
+            keys.generation += 1;
+            keys.slots.clear();
+            keys.generation << 32
+        };
+        let sinks = self.sinks();
+        for sink in &sinks {
+            sink.invalidate_all();
         }
         let n = sinks.len() as u64;
         Ok(Invalidated::new(Version(version), n, n))

@@ -20,6 +20,8 @@ pub struct TierStats {
     pub l2_errors: u64,
     /// L2 calls that ran past the tier's `l2_timeout` (the tier went on without L2).
     pub l2_timeouts: u64,
+    /// L1 misses whose wait for L2's answer ran past the soft timeout: filled without L2.
+    pub l2_soft_timeouts: u64,
     /// Values (and negative entries) written to L2 by a fenced write that landed.
     pub l2_writes: u64,
     /// Fenced L2 writes refused because the key was invalidated since the fill began; the value
@@ -34,6 +36,12 @@ pub struct TierStats {
     pub fills: u64,
     /// Values found by the fleet lease's re-check: another process filled while this one waited.
     pub fleet_fills_found: u64,
+    /// Stale-while-revalidate refreshes that stood down because another process held the key's
+    /// fleet lease (the stale copy stayed served; nothing was filled here).
+    pub stand_downs: u64,
+    /// Fill announcements from the backplane that woke a leader of this process waiting for
+    /// another process's fill (it re-checked L2 before its next poll).
+    pub fill_wakes: u64,
     /// `invalidate` calls.
     pub invalidations: u64,
     /// `invalidate` calls whose L2 part failed or timed out (L1 was invalidated anyway).
@@ -56,12 +64,15 @@ pub(crate) struct Counters {
     pub(crate) l2_misses: AtomicU64,
     pub(crate) l2_errors: AtomicU64,
     pub(crate) l2_timeouts: AtomicU64,
+    pub(crate) l2_soft_timeouts: AtomicU64,
     pub(crate) l2_writes: AtomicU64,
     pub(crate) fenced_writes: AtomicU64,
     pub(crate) skipped_writes: AtomicU64,
     pub(crate) codec_errors: AtomicU64,
     pub(crate) fills: AtomicU64,
     pub(crate) fleet_fills_found: AtomicU64,
+    pub(crate) stand_downs: AtomicU64,
+    pub(crate) fill_wakes: AtomicU64,
     pub(crate) invalidations: AtomicU64,
     pub(crate) invalidation_failures: AtomicU64,
     pub(crate) unacked_invalidations: AtomicU64,
@@ -81,12 +92,15 @@ impl Counters {
             l2_misses: self.l2_misses.load(Relaxed),
             l2_errors: self.l2_errors.load(Relaxed),
             l2_timeouts: self.l2_timeouts.load(Relaxed),
+            l2_soft_timeouts: self.l2_soft_timeouts.load(Relaxed),
             l2_writes: self.l2_writes.load(Relaxed),
             fenced_writes: self.fenced_writes.load(Relaxed),
             skipped_writes: self.skipped_writes.load(Relaxed),
             codec_errors: self.codec_errors.load(Relaxed),
             fills: self.fills.load(Relaxed),
             fleet_fills_found: self.fleet_fills_found.load(Relaxed),
+            stand_downs: self.stand_downs.load(Relaxed),
+            fill_wakes: self.fill_wakes.load(Relaxed),
             invalidations: self.invalidations.load(Relaxed),
             invalidation_failures: self.invalidation_failures.load(Relaxed),
             unacked_invalidations: self.unacked_invalidations.load(Relaxed),

@@ -10,13 +10,15 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use coalesce::{DistributedBuilder, DistributedGroup, Group, SettingsError};
+use coalesce::{DistributedBuilder, DistributedGroup, Group, Refresh, SettingsError};
 use tokio::time::{Instant, timeout};
 
 use super::backend::{Invalidated, L1Sink, L2Error, SecondLevel, Version};
 use super::codec::{Codec, CodecError};
 use super::stats::{Counters, TierStats, bump};
-use crate::{Cache, FetchError, Source};
+
+mod wake;
+use crate::{Cache, Entry, FetchError, Source};
 
 /// L2 rejects ttls under its 1 ms resolution.
 const MIN_L2_TTL: Duration = Duration::from_millis(1);
@@ -96,6 +98,7 @@ pub struct TierBuilder<K, V> {
     lease: Option<DistributedBuilder>,
     negative: Option<(Box<dyn Any + Send + Sync>, Duration)>,
     l2_timeout: Duration,
+    l2_soft_timeout: Option<Duration>,
     invalidate_timeout: Duration,
 }
 
@@ -123,10 +126,25 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    /// The longest any one L2 read or write may take before the tier goes on without it (the
-    /// hard timeout of a fill's L2 steps). Default 100 ms.
+    /// The **hard** timeout: the longest any one L2 call (version, read, fenced write, and the
+    /// reads of a background refresh) may take before the tier gives up on it and goes on
+    /// without L2 (fail open). Default 100 ms.
     pub fn l2_timeout(mut self, limit: Duration) -> Self {
         self.l2_timeout = limit;
+        self
+    }
+
+    /// The **soft** timeout: the longest an L1 miss's caller waits for L2's answer (the version
+    /// and the read together) before its leader stops waiting for L2 and fills from the origin
+    /// at once, as if L2 were down (the value then stays out of L2: no version was read, so the
+    /// write could not be fenced). A caller with a stale L1 copy never waits for L2 (the cache's
+    /// stale-while-revalidate answers it at once, and with a fleet lease the refresh runs under
+    /// the hard timeout only; without one it is cut at the soft timeout too, and then fills
+    /// without L2). Default: none (each call is bounded by the hard timeout alone, so a miss can
+    /// wait two of them). Set it under twice the hard timeout to bound what a slow L2 adds to
+    /// a miss.
+    pub fn l2_soft_timeout(mut self, limit: Duration) -> Self {
+        self.l2_soft_timeout = Some(limit);
         self
     }
 
@@ -174,6 +192,9 @@ where
         if self.l2_timeout.is_zero() {
             return Err(TierConfigError::ZeroTimeout("l2 timeout"));
         }
+        if self.l2_soft_timeout.is_some_and(|soft| soft.is_zero()) {
+            return Err(TierConfigError::ZeroTimeout("l2 soft timeout"));
+        }
         if self.invalidate_timeout.is_zero() {
             return Err(TierConfigError::ZeroTimeout("invalidate timeout"));
         }
@@ -191,8 +212,10 @@ where
             lease,
             negative: self.negative,
             l2_timeout: self.l2_timeout,
+            l2_soft_timeout: self.l2_soft_timeout,
             invalidate_timeout: self.invalidate_timeout,
             next_flight: AtomicU64::new(0),
+            waiters: wake::Waiters::default(),
             counters: Counters::default(),
         });
         let sink: Weak<dyn L1Sink> = Arc::downgrade(&inner) as Weak<dyn L1Sink>;
@@ -211,13 +234,25 @@ where
 ///    stored in L1 for the time L2 has left (measured from before the L2 request was sent, so
 ///    never longer than L2 keeps it).
 /// 3. **L2 miss**: with a fleet lease, the leader takes it (or waits for the holder, re-checking
-///    L2 every poll interval, then fills anyway after one lease ttl); without one it fills.
+///    L2 when the holder's write is announced on the backplane ([`L1Sink::filled_encoded`]) and
+///    every poll interval in case the announcement is lost, then fills anyway after one lease
+///    ttl); without one it fills.
 /// 4. **Fill**: the origin's value is written to L2 only if the key's version is still the one
 ///    read in step 2 (a compare-and-set in L2), then to L1 through the cache's own fence. If the
 ///    version moved (the key was invalidated somewhere in the fleet meanwhile), the value goes to
 ///    neither L2 nor L1; the callers of this flight still get it.
 ///
-/// **Fail open.** Every L2 call is bounded by `l2_timeout`; an L2 error or timeout means "go on
+/// **Stale-while-revalidate** (the cache's `stale_while_revalidate` window): a stale L1 copy
+/// is answered at once and one background refresh goes through steps 2-4, except that on an L2
+/// miss it asks the fleet lease once ([`DistributedGroup::refresh`]): if another process holds
+/// it (it is refreshing the key), this refresh **stands down**: it fills nothing and keeps the
+/// stale copy, re-stored as stale from now (so its stale window restarts, and the next read
+/// refreshes again, finding that process's value in L2 once it lands); counted in
+/// [`TierStats::stand_downs`]. If the stale copy is gone by then (invalidated, or past its
+/// window), the refresh waits for the holder as a miss does.
+///
+/// **Fail open.** Every L2 call is bounded by `l2_timeout` (the hard timeout), and a miss's
+/// wait for L2's answer by `l2_soft_timeout` when set ([`TierBuilder::l2_soft_timeout`]); an L2 error or timeout means "go on
 /// with L1 and the local single flight" and is counted ([`TierStats`]). Without a readable
 /// version nothing is written to L2 (the write could not be fenced).
 ///
@@ -261,8 +296,11 @@ struct Tier<K, V> {
     lease: Option<Lease>,
     negative: Option<(Box<dyn Any + Send + Sync>, Duration)>,
     l2_timeout: Duration,
+    l2_soft_timeout: Option<Duration>,
     invalidate_timeout: Duration,
     next_flight: AtomicU64,
+    /// Leaders waiting for another process's fill, woken by its announcement.
+    waiters: wake::Waiters,
     counters: Counters,
 }
 
@@ -311,6 +349,7 @@ where
             lease: None,
             negative: None,
             l2_timeout: Duration::from_millis(100),
+            l2_soft_timeout: None,
             invalidate_timeout: Duration::from_secs(1),
         }
     }
@@ -373,8 +412,15 @@ where
         let lead_note = Arc::clone(&note);
         let lead_key = key.clone();
         let make = move || {
+            // Called when this caller leads a miss, or claimed the background refresh of a
+            // stale copy (stale-while-revalidate): a stale L1 copy says which. Only with a
+            // lease (the stand-down needs it), on the L1-miss path only. `Cache` has no
+            // uncounted way to ask, so this lookup is one more lookup (a miss, or a stale hit)
+            // in the cache's own `Stats` per leader.
+            let refresh =
+                tier.lease.is_some() && tier.cache.lookup(&lead_key).is_some_and(|e| e.is_stale());
             let origin = fill();
-            tier.lead(lead_key, ttl_fn, origin, lead_note)
+            tier.lead(lead_key, ttl_fn, origin, lead_note, refresh)
         };
         let ttl_note = Arc::clone(&note);
         let l1_ttl = move |_: &V| match ttl_note.lock().ttl {
@@ -441,10 +487,59 @@ where
         // And after L2: a local fill that started between the two read L2 before the L2
         // invalidation, and took its L1 fence before this second one, which fences it.
         tier.cache.invalidate(key);
+        tier.settle_invalidation(result)
+    }
+}
+
+impl<K, V> TieredCache<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Invalidates **every** key across the fleet: invalidates this process's L1, then L2's
+    /// [`SecondLevel::invalidate_all`] (every value stored before becomes unreadable and every
+    /// version read before stops matching, atomically, so no fill anywhere that started before
+    /// can write to L2 after; every attached process drops its whole L1 and fences its fills,
+    /// acknowledged, bounded by `invalidate_timeout`), then this process's L1 again.
+    ///
+    /// When this returns `Ok`, the guarantees of [`invalidate`](Self::invalidate) hold for every
+    /// key at once.
+    ///
+    /// # Cancellation
+    /// As [`invalidate`](Self::invalidate): dropped while waiting for L2, this process's L1 is
+    /// already empty but the fleet-wide part may or may not have happened. Call it again.
+    ///
+    /// # Errors
+    /// [`InvalidateError::L2`]: L2 failed, timed out or does not support it
+    /// ([`L2Error::Unsupported`]); this process's L1 is invalidated anyway.
+    pub async fn invalidate_all(&self) -> Result<Invalidated, InvalidateError> {
+        let tier = &self.inner;
+        bump(&tier.counters.invalidations);
+        tier.cache.invalidate_all();
+        let result = match timeout(tier.invalidate_timeout, tier.l2.invalidate_all()).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(L2Error::TimedOut(tier.invalidate_timeout)),
+        };
+        // Again after L2, as in `invalidate`: fences local fills that read L2 in between.
+        tier.cache.invalidate_all();
+        tier.settle_invalidation(result)
+    }
+}
+
+impl<K, V> Tier<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Counts and traces an invalidation's L2 outcome.
+    fn settle_invalidation(
+        &self,
+        result: Result<Invalidated, L2Error>,
+    ) -> Result<Invalidated, InvalidateError> {
         match result {
             Ok(done) => {
                 if done.acked < done.receivers {
-                    bump(&tier.counters.unacked_invalidations);
+                    bump(&self.counters.unacked_invalidations);
                     tracing::warn!(
                         receivers = done.receivers,
                         acked = done.acked,
@@ -454,7 +549,7 @@ where
                 Ok(done)
             }
             Err(error) => {
-                bump(&tier.counters.invalidation_failures);
+                bump(&self.counters.invalidation_failures);
                 tracing::warn!(%error, "fleet invalidation failed; only this process's L1 was invalidated");
                 Err(InvalidateError::L2(error))
             }
@@ -569,6 +664,7 @@ where
         ttl_fn: T,
         origin: Fut,
         note: SharedNote,
+        refresh: bool,
     ) -> Result<V, E>
     where
         E: Send + Sync + 'static,
@@ -588,8 +684,25 @@ where
             }
         };
         // The version first: anything that invalidates the key after this point fences our write.
-        let version = self.l2_call("version", self.l2.version(&encoded)).await;
-        if let Some(hit) = self.read_l2::<E>(&encoded).await {
+        let reads = async {
+            let version = self.l2_call("version", self.l2.version(&encoded)).await;
+            (version, self.read_l2::<E>(&encoded).await)
+        };
+        // A refresh (known only with a lease, see `get_or_try_insert`) has no caller waiting.
+        let soft = self.l2_soft_timeout.filter(|_| !refresh);
+        let (version, hit) = match soft {
+            None => reads.await,
+            Some(soft) => match timeout(soft, reads).await {
+                Ok(answers) => answers,
+                Err(_elapsed) => {
+                    // Soft timeout: a caller waits; stop waiting for L2 and fill (fail open).
+                    bump(&self.counters.l2_soft_timeouts);
+                    tracing::warn!(limit = ?soft, "second level slower than the soft timeout; filling without it");
+                    return self.fill(&key, &encoded, None, ttl_fn, origin, &note).await;
+                }
+            },
+        };
+        if let Some(hit) = hit {
             return Self::take_hit(&note, hit, ttl_fn, TierSource::L2);
         }
         let Some(lease) = &self.lease else {
@@ -624,8 +737,33 @@ where
             }
             Ok(())
         };
-        // Await: the lease (cancel-safe: a lease held is released in the background).
-        let _ = lease.run(flight, recheck, fill).await;
+        if refresh {
+            // Await: the lease (cancel-safe, as `run` below).
+            if let Refresh::StoodDown = lease.refresh(flight.clone(), fill).await {
+                // Another process holds the lease: it is refreshing the key. Keep serving the
+                // stale copy (re-stored as stale, so the next read past this point asks again
+                // and finds that process's value in L2). Only while the copy is still here: if
+                // it was invalidated or left its window meanwhile, wait like a miss below.
+                if let Some(entry) = self.cache.lookup(&key).filter(Entry::is_stale) {
+                    bump(&self.counters.stand_downs);
+                    *note.lock() = Note {
+                        ttl: Ttl::For(Duration::ZERO),
+                        source: TierSource::Stale,
+                    };
+                    return Ok(entry.into_value());
+                }
+            }
+        }
+        // Registered before the lease is asked: an announcement of the holder's write that
+        // arrives while this leader waits re-checks L2 at once (polling is the fallback).
+        let waiting = self.waiters.register(&encoded);
+        let wake = || waiting.signal.armed();
+        // Await: the lease (cancel-safe: a lease held is released in the background; the
+        // registration is dropped with this future).
+        if outcome.lock().is_none() {
+            let _ = lease.run_woken(flight, recheck, fill, wake).await;
+        }
+        drop(waiting);
         let done = outcome.lock().take();
         match done {
             Some(result) => result,
@@ -743,6 +881,12 @@ where
     fn invalidate_all(&self) {
         bump(&self.counters.backplane_resyncs);
         self.cache.invalidate_all();
+    }
+
+    fn filled_encoded(&self, key: &[u8]) {
+        if self.waiters.announce(key) {
+            bump(&self.counters.fill_wakes);
+        }
     }
 }
 
