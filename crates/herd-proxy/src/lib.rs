@@ -55,6 +55,7 @@
 //!   the whole 200).
 
 mod clock;
+mod gather;
 mod meta;
 mod metrics;
 mod policy;

@@ -23,6 +23,7 @@ use stream_cache::{
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
+use crate::gather::{self, Gather, Gathered};
 use crate::meta::StoredHead;
 use crate::metrics::Metrics;
 use crate::policy::{self, Coding};
@@ -31,7 +32,8 @@ use crate::upstream::{FetchError, Origin, UpBody};
 use crate::{Config, ConfigError, SharedStorage};
 
 /// A response body the proxy sends (errors end the response visibly).
-pub(crate) type RespBody = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+/// Data frames are [`Gathered`]: a stored body's ready chunks go out in one vectored write.
+pub(crate) type RespBody = UnsyncBoxBody<Gathered, Box<dyn std::error::Error + Send + Sync>>;
 
 const PURGE_TOKEN_HEADER: &str = "x-purge-token";
 const CACHE_STATUS_HEADER: &str = "x-cache";
@@ -75,6 +77,7 @@ fn full(status: StatusCode, text: &'static str) -> Response<RespBody> {
     let mut response = Response::new(
         Full::new(Bytes::from_static(text.as_bytes()))
             .map_err(|never| match never {})
+            .map_frame(gather::one)
             .boxed_unsync(),
     );
     *response.status_mut() = status;
@@ -85,7 +88,10 @@ fn full(status: StatusCode, text: &'static str) -> Response<RespBody> {
 }
 
 fn empty_body() -> RespBody {
-    Empty::new().map_err(|never| match never {}).boxed_unsync()
+    Empty::new()
+        .map_err(|never| match never {})
+        .map_frame(gather::one)
+        .boxed_unsync()
 }
 
 /// How a stored response was found, for the `X-Cache` header.
@@ -240,6 +246,7 @@ impl Inner {
             let mut response = Response::new(
                 Full::new(Bytes::from(self.metrics.render(&self.cache.stats())))
                     .map_err(|never| match never {})
+                    .map_frame(gather::one)
                     .boxed_unsync(),
             );
             response.headers_mut().insert(
@@ -630,6 +637,7 @@ impl Inner {
                         head,
                         Full::new(bytes)
                             .map_err(|never| match never {})
+                            .map_frame(gather::one)
                             .boxed_unsync(),
                     )
                 }
@@ -648,6 +656,7 @@ impl Inner {
                 frame
             })
             .map_err(|error| Box::new(error) as Box<dyn std::error::Error + Send + Sync>)
+            .map_frame(gather::one)
             .boxed_unsync();
         Response::from_parts(head, body)
     }
@@ -768,6 +777,7 @@ impl Inner {
                 self.metrics.client_bytes.add(body.len() as u64);
                 *response.body_mut() = Full::new(Bytes::from(body))
                     .map_err(|never| match never {})
+                    .map_frame(gather::one)
                     .boxed_unsync();
             }
             None => {
@@ -802,7 +812,7 @@ impl Inner {
     fn client_body(&self, body: HttpBody) -> RespBody {
         let bytes = Arc::clone(&self.metrics);
         let errors = Arc::clone(&self.metrics);
-        body.map_frame(move |frame| {
+        let body = body.map_frame(move |frame| {
             if let Some(data) = frame.data_ref() {
                 bytes.client_bytes.add(data.len() as u64);
             }
@@ -820,8 +830,9 @@ impl Inner {
                 }
             }
             Box::new(error) as Box<dyn std::error::Error + Send + Sync>
-        })
-        .boxed_unsync()
+        });
+        // Every chunk already stored goes out in one frame (one vectored write); see gather.rs.
+        Gather::new(body).boxed_unsync()
     }
 }
 

@@ -8,6 +8,13 @@
 //! the caller that started it can go away without failing everybody else's body. Before meta is
 //! published the lead is a `coalesce::Leader` guard, so a cancelled filler hands the fill to
 //! another waiting caller.
+//!
+//! What a caller and an operator can see: [`StreamCache::get_or_fill_with`] says how a body was
+//! obtained ([`Obtained`]: hit, led, joined); every fill's end (completed, aborted by cause,
+//! failed, cancelled) is reported once to the builder's `on_fill_end` hook, the
+//! `fills_in_flight` gauge, `tracing` and the `metrics` feature (see `observe.rs`, `meter.rs`).
+//! [`StreamCache::replace`] refills a key whose stored object must stay visible until the new
+//! head arrives (stale-while-revalidate), coalesced with the key's other fills.
 
 use std::future::Future;
 use std::sync::Arc;
