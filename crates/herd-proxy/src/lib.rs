@@ -55,7 +55,6 @@
 //!   the whole 200).
 
 mod clock;
-mod gather;
 mod meta;
 mod metrics;
 mod policy;
