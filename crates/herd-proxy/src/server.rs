@@ -192,8 +192,9 @@ impl Proxy {
                 // Why each stored chunk is its own write (7 `writev`s per 1 MiB hit, where Varnish
                 // makes one): one `writev` per response, by gathering the ready chunks into one
                 // frame or by a 2 MiB write buffer, was measured (compare/hit1m.sh, interleaved)
-                // at ~170 µs of CPU per 1 MiB response against ~140 µs, and fewer requests/s.
-                // The kernel's copy into the socket is the cost, not the syscall count.
+                // at ~170 µs of CPU per 1 MiB response against ~140 µs, and fewer requests/s;
+                // 64 KiB frames (15 writes) cost ~195 µs. The kernel's copy into the socket is
+                // the cost, not the syscall count (docs/benchmarks-proxy.md).
                 builder
                     .http1()
                     .max_buf_size(config.max_header_bytes)
