@@ -214,3 +214,47 @@ async fn replace_keeps_the_old_object_until_the_new_head() {
     assert_eq!(kept.meta.user, "new");
     assert!(cache.storage().lookup(&"k".into()).await.unwrap().is_some());
 }
+
+/// `replace` dropped at every await: the key is never left without an object (the old one
+/// until the new head, then the new one), no fill is left counted in flight, and every fill
+/// that started is reported once.
+#[tokio::test]
+async fn replace_dropped_at_every_await_leaves_old_or_new_never_nothing() {
+    for polls in 0..12 {
+        let (cache, ends) = recording_cache();
+        let mut old = cache
+            .get_or_fill("k", || async { Ok(ready_upstream("old", "old body")) })
+            .await
+            .unwrap();
+        assert!(drain(&mut *old.body).await.1.is_ok());
+        {
+            let replace = cache.replace("k", || async {
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+                Ok(ready_upstream("new", "new body"))
+            });
+            let mut replace = pin!(replace);
+            let mut cx = Context::from_waker(Waker::noop());
+            for _ in 0..polls {
+                if replace.as_mut().poll(&mut cx).is_ready() {
+                    break;
+                }
+            }
+        }
+        let found = cache.lookup("k").await.unwrap().expect("an object stays");
+        assert!(
+            found.meta.user == "old" || found.meta.user == "new",
+            "{polls} polls"
+        );
+        while cache.stats().fills_in_flight > 0 {
+            tokio::task::yield_now().await;
+        }
+        let ends = ends.lock().clone();
+        assert_eq!(
+            ends.len(),
+            cache.stats().fills_started as usize,
+            "{polls} polls: {ends:?}"
+        );
+    }
+}
