@@ -33,7 +33,10 @@
 //! - Origin unreachable, refusing, or broken before its head: 502 at once. No head within the
 //!   response timeout: 504. A body that stalls beyond the idle timeout aborts (clients see an
 //!   error).
-//! - `/metrics` (path configurable) in Prometheus text format; `tracing` events for each failure.
+//! - `/metrics` (path configurable) in Prometheus text format: hits, misses, coalesced waits,
+//!   origin fetches, fills started/completed/failed, fill aborts by cause (each fill once, from
+//!   the cache's stats) and client bodies aborted by cause, bytes, fills in flight, a TTFB
+//!   histogram; `tracing` events for each failure.
 //!
 //! Choices where the RFCs leave room:
 //! - `Accept-Encoding` is normalised to a class (`br`, else `gzip`, else `identity`) that is

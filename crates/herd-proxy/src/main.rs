@@ -1,12 +1,5 @@
 //! The `herd-proxy` binary: parses flags, opens the storage, serves until interrupted.
-//!
-//! ```text
-//! herd-proxy --upstream 127.0.0.1:8080 [--listen 127.0.0.1:3128] [--storage memory|disk:DIR]
-//!            [--capacity BYTES] [--max-object BYTES] [--purge-token TOKEN]
-//!            [--connect-timeout-ms N] [--response-timeout-ms N] [--body-idle-timeout-ms N]
-//!            [--max-header-bytes N] [--metrics-path PATH] [--log LEVEL]
-//! ```
-//! The purge token may also come from `HERD_PURGE_TOKEN` (so it stays out of `ps`).
+//! `herd-proxy --help` prints [`USAGE`].
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -15,9 +8,34 @@ use std::time::Duration;
 use herd_proxy::{Config, Proxy, SharedStorage};
 use stream_cache::{DiskStorage, MemStorage};
 
+/// What `--help` prints.
+const USAGE: &str = "\
+usage: herd-proxy --upstream HOST:PORT [options]
+
+A caching HTTP reverse proxy: coalesced misses, read-while-write, and a truncated body is
+never served as complete.
+
+options:
+  --upstream HOST:PORT        the origin (required)
+  --listen ADDR:PORT          where to serve (default 127.0.0.1:3128)
+  --storage memory|disk:DIR   where bodies live (default memory)
+  --capacity BYTES            the storage's byte capacity, for either storage: bodies in
+                              memory; files plus metadata on disk (default 268435456)
+  --max-object BYTES          larger responses are passed, not stored
+  --purge-token TOKEN         PURGE needs the header `X-Purge-Token: TOKEN` (or the
+                              HERD_PURGE_TOKEN environment variable, kept out of `ps`)
+  --connect-timeout-ms N      origin connect timeout (502 after it)
+  --response-timeout-ms N     origin response-head timeout (504 after it)
+  --body-idle-timeout-ms N    an origin body silent this long is aborted
+  --max-header-bytes N        request head limit (at least 8192)
+  --metrics-path PATH         Prometheus text metrics (default /metrics)
+  --log LEVEL                 error, warn, info, debug or trace (default info)
+  -h, --help                  print this and exit
+";
+
 #[derive(Debug, thiserror::Error)]
 enum CliError {
-    #[error("unknown flag {0:?} (see the crate docs for the flags)")]
+    #[error("unknown flag {0:?} (see --help)")]
     UnknownFlag(String),
     #[error("flag {0} needs a value")]
     MissingValue(String),
@@ -44,7 +62,13 @@ struct Cli {
     config: Config,
 }
 
-fn parse(args: impl Iterator<Item = String>) -> Result<Cli, CliError> {
+/// What the command line asks for.
+enum Command {
+    Serve(Box<Cli>),
+    Help,
+}
+
+fn parse(args: impl Iterator<Item = String>) -> Result<Command, CliError> {
     let mut args = args.peekable();
     let mut upstream = None;
     let mut listen = "127.0.0.1:3128".to_owned();
@@ -65,6 +89,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Cli, CliError> {
             })
         };
         match flag.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
             "--upstream" => upstream = Some(value()?),
             "--listen" => listen = value()?,
             "--storage" => {
@@ -101,21 +126,25 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Cli, CliError> {
         }
     }
     config.upstream = upstream.ok_or(CliError::NoUpstream)?;
-    Ok(Cli {
+    Ok(Command::Serve(Box::new(Cli {
         listen,
         storage,
         capacity,
         level,
         config,
-    })
+    })))
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = match parse(std::env::args().skip(1)) {
-        Ok(cli) => cli,
+        Ok(Command::Serve(cli)) => *cli,
+        Ok(Command::Help) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(error) => {
-            eprintln!("herd-proxy: {error}");
+            eprintln!("herd-proxy: {error}\n\n{USAGE}");
             return ExitCode::from(2);
         }
     };
@@ -161,4 +190,52 @@ async fn main() -> ExitCode {
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; exiting"),
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> impl Iterator<Item = String> {
+        list.iter()
+            .map(|s| (*s).to_owned())
+            .collect::<Vec<_>>()
+            .into_iter()
+    }
+
+    #[test]
+    fn help_is_a_command_not_an_unknown_flag() {
+        for flag in ["--help", "-h"] {
+            assert!(matches!(parse(args(&[flag])), Ok(Command::Help)), "{flag}");
+            // Even with other flags (and without the required --upstream).
+            assert!(matches!(
+                parse(args(&["--listen", "127.0.0.1:1", flag])),
+                Ok(Command::Help)
+            ));
+        }
+        assert!(matches!(
+            parse(args(&["--nope"])),
+            Err(CliError::UnknownFlag(_))
+        ));
+    }
+
+    #[test]
+    fn disk_storage_takes_the_byte_capacity() {
+        let Ok(Command::Serve(cli)) = parse(args(&[
+            "--upstream",
+            "127.0.0.1:8080",
+            "--storage",
+            "disk:/var/cache/herd",
+            "--capacity",
+            "1048576",
+        ])) else {
+            panic!("valid flags")
+        };
+        assert!(matches!(&cli.storage, StorageFlag::Disk(dir) if dir == "/var/cache/herd"));
+        assert_eq!(cli.capacity, 1 << 20);
+        assert!(matches!(
+            parse(args(&["--upstream", "x:1", "--storage", "disk:"])),
+            Err(CliError::BadStorage(_))
+        ));
+    }
 }

@@ -7,10 +7,10 @@
 
 use std::cell::Cell;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use stream_cache::AbortKind;
+use stream_cache::{AbortKind, StreamCacheStats};
 
 const STRIPES: usize = 16;
 
@@ -116,16 +116,16 @@ pub struct Metrics {
     pub(crate) bad_requests: Counter,
     pub(crate) upstream_bytes: Counter,
     pub(crate) client_bytes: Counter,
-    /// Bodies that ended in an error at a client, by abort cause.
+    /// Client responses whose body ended in an error because its write was aborted, by cause
+    /// (one aborted fill read by ten clients counts ten here, once in the cache's fill aborts).
     aborts: parking_lot::Mutex<Vec<(AbortKind, u64)>>,
     /// Other body errors seen by clients (reader timeouts, I/O).
     pub(crate) body_errors: Counter,
-    pub(crate) fills_in_flight: AtomicI64,
     pub(crate) ttfb: Histogram,
 }
 
 impl Metrics {
-    /// Count a body that a client saw end with `kind` (rare; a lock is fine here).
+    /// Count a client body that ended with `kind` (rare; a lock is fine here).
     pub(crate) fn abort(&self, kind: AbortKind) {
         let mut aborts = self.aborts.lock();
         match aborts.iter_mut().find(|(k, _)| *k == kind) {
@@ -134,7 +134,8 @@ impl Metrics {
         }
     }
 
-    /// Client-visible aborts with `kind` so far.
+    /// Client bodies ended by an aborted write with `kind` so far (fills aborted are in the
+    /// cache's stats: [`Proxy::cache_stats`](crate::Proxy::cache_stats)).
     pub fn aborts(&self, kind: AbortKind) -> u64 {
         self.aborts
             .lock()
@@ -158,8 +159,9 @@ impl Metrics {
         self.coalesced.get()
     }
 
-    /// Render in the Prometheus text exposition format.
-    pub fn render(&self) -> String {
+    /// Render in the Prometheus text exposition format, with the cache's fill counters from
+    /// `cache` (see [`Proxy::render_metrics`](crate::Proxy::render_metrics)).
+    pub fn render(&self, cache: &StreamCacheStats) -> String {
         let mut out = String::with_capacity(4096);
         let mut counter = |name: &str, help: &str, value: u64| {
             let _ = writeln!(
@@ -237,21 +239,47 @@ impl Metrics {
             "Client bodies ended by a non-abort error.",
             self.body_errors.get(),
         );
+        counter(
+            "herd_proxy_fills_started_total",
+            "Fills the cache ran (origin fetches meant to be stored, refreshes included).",
+            cache.fills_started,
+        );
+        counter(
+            "herd_proxy_fills_completed_total",
+            "Fills whose body was completely stored.",
+            cache.fills_completed,
+        );
+        counter(
+            "herd_proxy_fills_failed_total",
+            "Fills that failed before their body started (origin error, timeout, not storable).",
+            cache.fills_failed,
+        );
         let _ = writeln!(
             out,
-            "# HELP herd_proxy_aborts_total Client bodies ended by an aborted write, by cause.\n# TYPE herd_proxy_aborts_total counter"
+            "# HELP herd_proxy_fill_aborts_total Fills whose body write was aborted, by cause (each fill once, however many clients read it).\n# TYPE herd_proxy_fill_aborts_total counter"
+        );
+        for (kind, n) in cache.aborts.iter() {
+            let _ = writeln!(
+                out,
+                "herd_proxy_fill_aborts_total{{cause=\"{}\"}} {n}",
+                abort_label(kind)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP herd_proxy_client_aborts_total Client bodies ended by an aborted write, by cause.\n# TYPE herd_proxy_client_aborts_total counter"
         );
         for (kind, n) in self.aborts.lock().iter() {
             let _ = writeln!(
                 out,
-                "herd_proxy_aborts_total{{cause=\"{}\"}} {n}",
+                "herd_proxy_client_aborts_total{{cause=\"{}\"}} {n}",
                 abort_label(*kind)
             );
         }
         let _ = writeln!(
             out,
-            "# HELP herd_proxy_fills_in_flight Origin bodies being written to the cache.\n# TYPE herd_proxy_fills_in_flight gauge\nherd_proxy_fills_in_flight {}",
-            self.fills_in_flight.load(Ordering::Relaxed)
+            "# HELP herd_proxy_fills_in_flight Fills running: from the origin request until the body is stored or aborted.\n# TYPE herd_proxy_fills_in_flight gauge\nherd_proxy_fills_in_flight {}",
+            cache.fills_in_flight
         );
         let name = "herd_proxy_time_to_first_byte_seconds";
         let _ = writeln!(
@@ -298,10 +326,10 @@ mod tests {
         m.hits.inc();
         m.abort(AbortKind::WriterDropped);
         m.ttfb.observe(Duration::from_millis(3));
-        let text = m.render();
+        let text = m.render(&StreamCacheStats::default());
         assert!(text.contains("herd_proxy_cache_hits_total 1\n"), "{text}");
         assert!(
-            text.contains("herd_proxy_aborts_total{cause=\"writer_dropped\"} 1\n"),
+            text.contains("herd_proxy_client_aborts_total{cause=\"writer_dropped\"} 1\n"),
             "{text}"
         );
         assert!(

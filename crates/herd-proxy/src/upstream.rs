@@ -2,7 +2,6 @@
 //! failures (502), and the origin body as a stream with an idle timeout.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -41,6 +40,10 @@ pub(crate) enum FetchError {
     /// No body bytes within the idle timeout.
     #[error("origin body stalled for {0:?}")]
     BodyIdle(Duration),
+    /// A stale object's refresh failed (the fill's error, as text: it is shared by every
+    /// request that waited on the refresh).
+    #[error("refresh failed: {0}")]
+    Refresh(String),
 }
 
 /// The origin client.
@@ -96,20 +99,12 @@ impl Origin {
     }
 
     /// The origin body as a stream of data chunks: trailers dropped, an error or an idle gap
-    /// longer than the idle timeout ends it with an error. Counts bytes and, while it lives,
-    /// one fill in flight.
+    /// longer than the idle timeout ends it with an error. Counts bytes.
     pub(crate) fn body_stream(
         &self,
         body: Incoming,
     ) -> BoxStream<'static, Result<Bytes, FetchError>> {
-        struct InFlight(Arc<Metrics>);
-        impl Drop for InFlight {
-            fn drop(&mut self) {
-                self.0.fills_in_flight.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
-        self.metrics.fills_in_flight.fetch_add(1, Ordering::Relaxed);
-        let guard = InFlight(Arc::clone(&self.metrics));
+        let guard = Arc::clone(&self.metrics);
         let idle = self.body_idle_timeout;
         let data = body.into_data_stream();
         futures::stream::unfold(Some((data, guard)), move |state| async move {
@@ -125,7 +120,7 @@ impl Origin {
                     Some((Err(FetchError::Body(error)), None))
                 }
                 Ok(Some(Ok(chunk))) => {
-                    guard.0.upstream_bytes.add(chunk.len() as u64);
+                    guard.upstream_bytes.add(chunk.len() as u64);
                     Some((Ok(chunk), Some((data, guard))))
                 }
             }

@@ -479,8 +479,7 @@ async fn bad_input_gets_clear_statuses() {
     assert_eq!(read_body(good).await.unwrap(), body_of(10));
     assert!(
         handle
-            .metrics()
-            .render()
+            .render_metrics()
             .contains("herd_proxy_bad_requests_total 1\n")
     );
 }

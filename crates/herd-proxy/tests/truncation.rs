@@ -349,3 +349,45 @@ async fn http2_client_sees_a_stream_error_when_the_origin_dies() {
     assert_eq!(read_body(next).await.unwrap(), body_of(FULL));
     assert_eq!(origin.requests(), 2);
 }
+
+/// `/metrics` counts an origin death mid-body once as a fill abort (by cause), once per client
+/// as a client abort, and shows the fill in flight while it streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_a_dead_fill_once_and_each_client_body() {
+    let gate = Gate::new();
+    let origin = Origin::start(dying_origin(Framing::Length, Death::Reset, gate.clone())).await;
+    let (proxy_addr, proxy) = proxy(origin.addr, |_| {}).await;
+    let first = get_simple(proxy_addr, "/obj").await;
+    let mut first_body = first.into_body();
+    read_prefix(&mut first_body, PREFIX).await;
+    let second = get_simple(proxy_addr, "/obj").await;
+    let mut second_body = second.into_body();
+    read_prefix(&mut second_body, PREFIX).await;
+    assert!(
+        proxy
+            .render_metrics()
+            .lines()
+            .any(|l| l == "herd_proxy_fills_in_flight 1")
+    );
+    gate.open();
+    for body in [first_body, second_body] {
+        let rest = http_body_util::BodyExt::collect(body).await;
+        assert!(rest.is_err(), "a dead origin's body must end in an error");
+    }
+    until("the fill has ended", || {
+        proxy.cache_stats().fills_in_flight == 0
+    })
+    .await;
+    let text = proxy.render_metrics();
+    for line in [
+        "herd_proxy_fill_aborts_total{cause=\"upstream\"} 1",
+        "herd_proxy_fill_aborts_total{cause=\"no_readers\"} 0",
+        "herd_proxy_client_aborts_total{cause=\"upstream\"} 2",
+        "herd_proxy_fills_in_flight 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+}

@@ -8,6 +8,13 @@
 //! the caller that started it can go away without failing everybody else's body. Before meta is
 //! published the lead is a `coalesce::Leader` guard, so a cancelled filler hands the fill to
 //! another waiting caller.
+//!
+//! What a caller and an operator can see: [`StreamCache::get_or_fill_with`] says how a body was
+//! obtained ([`Obtained`]: hit, led, joined); every fill's end (completed, aborted by cause,
+//! failed, cancelled) is reported once to the builder's `on_fill_end` hook, the
+//! `fills_in_flight` gauge, `tracing` and the `metrics` feature (see `observe.rs`, `meter.rs`).
+//! [`StreamCache::replace`] refills a key whose stored object must stay visible until the new
+//! head arrives (stale-while-revalidate), coalesced with the key's other fills.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,9 +27,11 @@ use coalesce::{FlightError, Group, Joined, Leader};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::error::{BodyError, FillError, StorageError};
 use crate::fence::WriteFence;
+use crate::observe::{FillEnd, FillOutcome, FillTracker, HookSlot};
 use crate::state::{AbortReason, WriteState};
 use crate::stats::{Counters, StreamCacheStats, Stripe};
 use crate::traits::{
@@ -70,6 +79,9 @@ pub struct StreamCacheBuilder {
     reader_wait_timeout: Option<Duration>,
     coalesce_wait_timeout: Option<Duration>,
     no_reader_policy: NoReaderPolicy,
+    on_fill_end: Option<HookSlot>,
+    #[cfg(feature = "metrics")]
+    metrics_name: Option<String>,
 }
 
 impl StreamCacheBuilder {
@@ -112,6 +124,26 @@ impl StreamCacheBuilder {
         self
     }
 
+    /// Call `hook` once for every fill this cache runs, when it ends: completed, aborted (with
+    /// its [`AbortKind`](crate::AbortKind), as a fill, not as each reader saw it), failed before
+    /// its body, or cancelled before its body (the lead passed on). Called on the task that ended
+    /// the fill (the pump's, or the leading caller's), holding no lock of this crate; keep it
+    /// short. A panic in it propagates there: in the pump task after the write has ended (the
+    /// body's readers are unaffected), in a caller's `get_or_fill` otherwise.
+    pub fn on_fill_end(mut self, hook: impl Fn(&FillEnd<'_>) + Send + Sync + 'static) -> Self {
+        self.on_fill_end = Some(HookSlot(Arc::new(hook)));
+        self
+    }
+
+    /// The `cache` label of this cache's metrics (feature `metrics`, see
+    /// [`StreamCache::publish_metrics`]). Handles are registered by [`build`](Self::build) with
+    /// the recorder installed then: install the recorder first.
+    #[cfg(feature = "metrics")]
+    pub fn metrics_name(mut self, name: impl Into<String>) -> Self {
+        self.metrics_name = Some(name.into());
+        self
+    }
+
     /// A cache over `storage`.
     pub fn build<S: Storage>(self, storage: S) -> StreamCache<S> {
         let mut group = Group::builder();
@@ -121,10 +153,31 @@ impl StreamCacheBuilder {
         StreamCache {
             storage: Arc::new(storage),
             group: group.build(),
+            #[cfg(feature = "metrics")]
+            metrics: Arc::new(crate::meter::Metrics::register(
+                self.metrics_name.as_deref(),
+            )),
             config: self,
             counters: Arc::default(),
         }
     }
+}
+
+/// How [`StreamCache::get_or_fill_with`] (or [`replace`](StreamCache::replace)) obtained the
+/// body it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Obtained {
+    /// Found in storage by this call's first lookup, complete or still being written (the
+    /// reader's `state()` says which). Counted as a hit or partial hit.
+    Hit,
+    /// This caller ran `fill`: its body is streaming from this call's fill (which then belongs
+    /// to a spawned task, see [`get_or_fill`](StreamCache::get_or_fill)).
+    Led,
+    /// Another caller's fill produced it: this caller waited for it and attached to its body,
+    /// or found it stored once that fill had published (including between this call's lookup
+    /// and its taking the lead).
+    Joined,
 }
 
 /// What the leader publishes to the callers coalesced on it.
@@ -138,6 +191,13 @@ struct Published {
     /// follower has opened its reader: a follower woken with the body but not yet attached
     /// counts as a reader for `NoReaderPolicy::Abort`.
     _claim: Claim,
+}
+
+/// Whether `obtain` serves `get_or_fill` (look up first) or `replace` (fill regardless).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    GetOrFill,
+    Replace,
 }
 
 /// A counted claim on a published body (see `Published`). Cloning counts one more holder,
@@ -198,6 +258,8 @@ pub struct StreamCache<S: Storage> {
     group: Group<CacheKey, Published, LeadFailure>,
     config: StreamCacheBuilder,
     counters: Arc<Counters>,
+    #[cfg(feature = "metrics")]
+    metrics: Arc<crate::meter::Metrics>,
 }
 
 impl<S: Storage> Clone for StreamCache<S> {
@@ -207,6 +269,8 @@ impl<S: Storage> Clone for StreamCache<S> {
             group: self.group.clone(),
             config: self.config.clone(),
             counters: Arc::clone(&self.counters),
+            #[cfg(feature = "metrics")]
+            metrics: Arc::clone(&self.metrics),
         }
     }
 }
@@ -239,6 +303,14 @@ impl<S: Storage> StreamCache<S> {
     /// The cache's counters (shared by its clones) and the backend's used/capacity bytes.
     pub fn stats(&self) -> StreamCacheStats {
         self.counters.snapshot(self.storage.usage())
+    }
+
+    /// Publish [`stats`](Self::stats) through the `metrics` facade (counters set with
+    /// `absolute`, gauges set): see the crate's `metrics` feature table in `src/meter.rs`. Call it
+    /// from the scrape handler or a timer; the hit path never calls the recorder.
+    #[cfg(feature = "metrics")]
+    pub fn publish_metrics(&self) {
+        self.metrics.publish(&self.stats());
     }
 
     /// Find `key` without filling.
@@ -301,23 +373,80 @@ impl<S: Storage> StreamCache<S> {
         Fut: Future<Output = Result<Upstream<E>, E>>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let key = key.into();
+        self.obtain(key.into(), fill, Mode::GetOrFill)
+            .await
+            .map(|(hit, _)| hit)
+    }
+
+    /// [`get_or_fill`](Self::get_or_fill), also saying how the body was obtained: a hit, this
+    /// caller's own fill, or another caller's. Cancel safety: as `get_or_fill`.
+    pub async fn get_or_fill_with<F, Fut, E>(
+        &self,
+        key: impl Into<CacheKey>,
+        fill: F,
+    ) -> Result<(Hit, Obtained), FillError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Upstream<E>, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        self.obtain(key.into(), fill, Mode::GetOrFill).await
+    }
+
+    /// Fill `key` afresh although an object may be stored (a stale one, say), coalesced with
+    /// every other fill of `key` through this cache: if one is already in flight this caller
+    /// joins it instead of fetching again. The stored object stays visible to lookups (and its
+    /// readers keep reading it) until the new fill's meta is published, which replaces it
+    /// atomically; readers attached to the old body finish it. If `fill` fails, or the new
+    /// write is refused, the old object stays (for serve-stale-on-error). Returns a reader of the
+    /// new body (drop it to let the fill go on without you, see [`NoReaderPolicy`]).
+    ///
+    /// Counted as a fill (`fills_started` ...), not as a hit or miss. Cancel safety: as
+    /// `get_or_fill`'s waiting and leading awaits (a dropped leader passes the lead on before
+    /// the write begins, leaving the old object in place).
+    pub async fn replace<F, Fut, E>(
+        &self,
+        key: impl Into<CacheKey>,
+        fill: F,
+    ) -> Result<(Hit, Obtained), FillError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Upstream<E>, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        self.obtain(key.into(), fill, Mode::Replace).await
+    }
+
+    async fn obtain<F, Fut, E>(
+        &self,
+        key: CacheKey,
+        fill: F,
+        mode: Mode,
+    ) -> Result<(Hit, Obtained), FillError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Upstream<E>, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
         let mut fill = Some(fill);
         for attempt in 0..MAX_ATTEMPTS {
-            if let Some(hit) = self
-                .storage
-                .lookup(&key)
-                .await
-                .map_err(FillError::Storage)?
+            // A replace ignores what is stored until it has joined or led a fill.
+            let look = mode == Mode::GetOrFill || attempt > 0;
+            if look
+                && let Some(hit) = self
+                    .storage
+                    .lookup(&key)
+                    .await
+                    .map_err(FillError::Storage)?
             {
                 return Ok(if attempt == 0 {
-                    self.counted_hit(hit)
+                    (self.counted_hit(hit), Obtained::Hit)
                 } else {
-                    // This call was counted as a miss already.
-                    self.wrap(hit.meta, hit.body)
+                    // This call was counted as a miss already; the object is a fill's we waited on.
+                    (self.wrap(hit.meta, hit.body), Obtained::Joined)
                 });
             }
-            if attempt == 0 {
+            if attempt == 0 && mode == Mode::GetOrFill {
                 self.counters.miss();
             }
             // A miss: joining, waiting and filling use tokio (spawn, clock). Checked here, not
@@ -330,8 +459,13 @@ impl<S: Storage> StreamCache<S> {
                     // The fill starts here: a purge from now on fences this fill's write out,
                     // and a fill that starts later wins over this one (see `Storage::fence`).
                     let fence = self.storage.fence(&key);
-                    // The object may have been published between our lookup and our lead.
-                    match self.storage.lookup(&key).await {
+                    // The object may have been published between our lookup and our lead (a
+                    // replace leads regardless: what is stored is what it replaces).
+                    let recheck = match mode {
+                        Mode::GetOrFill => self.storage.lookup(&key).await,
+                        Mode::Replace => Ok(None),
+                    };
+                    match recheck {
                         Ok(Some(hit)) => {
                             let published = Published {
                                 meta: hit.meta.clone(),
@@ -339,7 +473,7 @@ impl<S: Storage> StreamCache<S> {
                                 _claim: Claim::new(),
                             };
                             let _ = leader.finish(Ok(published));
-                            return Ok(self.wrap(hit.meta, hit.body));
+                            return Ok((self.wrap(hit.meta, hit.body), Obtained::Joined));
                         }
                         Ok(None) => {}
                         Err(error) => {
@@ -352,11 +486,17 @@ impl<S: Storage> StreamCache<S> {
                         drop(leader);
                         return Err(FillError::Abandoned);
                     };
-                    return self.lead(leader, key, fence, fill).await;
+                    return self
+                        .lead(leader, key, fence, fill)
+                        .await
+                        .map(|hit| (hit, Obtained::Led));
                 }
                 // The reader is opened before `published` (and its claim) is dropped.
                 Joined::Done(Ok(published)) => match &published.source {
-                    Some(source) => return Ok(self.wrap(published.meta.clone(), source.open())),
+                    Some(source) => {
+                        let hit = self.wrap(published.meta.clone(), source.open());
+                        return Ok((hit, Obtained::Joined));
+                    }
                     // Stored complete: look it up on the next round.
                     None => continue,
                 },
@@ -391,32 +531,44 @@ impl<S: Storage> StreamCache<S> {
             // A timeout too large to represent is no deadline at all (not a panic).
             .and_then(|timeout| Instant::now().checked_add(timeout));
         let counters = &self.counters;
-        let fail = |leader: Leader<'_, _, _, _>, failure: LeadFailure| {
+        self.counters.fill_started();
+        // Reports this fill's end once, wherever it ends (a dropped future: `Cancelled`).
+        let tracker = FillTracker::start(
+            Arc::clone(&self.counters),
+            key.clone(),
+            self.config
+                .on_fill_end
+                .as_ref()
+                .map(|slot| Arc::clone(&slot.0)),
+            #[cfg(feature = "metrics")]
+            Some(Arc::clone(&self.metrics)),
+        );
+        let fail = |leader: Leader<'_, _, _, _>, failure: LeadFailure, tracker: FillTracker| {
             if !matches!(failure, LeadFailure::Aborted(_)) {
-                // An aborted body was counted by the pump.
+                // An aborted body was counted and reported by the pump.
                 counters.fill_failed();
+                tracker.end(FillOutcome::Failed);
             }
             let error = FillError::from(&failure);
             let _ = leader.finish(Err(failure));
             Err(error)
         };
-        self.counters.fill_started();
         let upstream = match deadline {
             Some(deadline) => match tokio::time::timeout_at(deadline, fill()).await {
                 Ok(result) => result,
-                Err(_elapsed) => return fail(leader, LeadFailure::FillTimedOut),
+                Err(_elapsed) => return fail(leader, LeadFailure::FillTimedOut, tracker),
             },
             None => fill().await,
         };
         let upstream = match upstream {
             Ok(upstream) => upstream,
-            Err(error) => return fail(leader, LeadFailure::Upstream(Arc::new(error))),
+            Err(error) => return fail(leader, LeadFailure::Upstream(Arc::new(error)), tracker),
         };
         if let (Some(limit), Some(declared)) =
             (self.config.max_body_size, upstream.meta.expected_len)
             && declared > limit
         {
-            return fail(leader, LeadFailure::TooLarge { limit, declared });
+            return fail(leader, LeadFailure::TooLarge { limit, declared }, tracker);
         }
         if upstream.meta.expires_at.is_some() && !self.storage.capabilities().expiry {
             return fail(
@@ -424,6 +576,7 @@ impl<S: Storage> StreamCache<S> {
                 LeadFailure::Storage(StorageError::Unsupported(
                     "object expiry (the backend lacks the expiry capability)",
                 )),
+                tracker,
             );
         }
         let meta = upstream.meta.clone();
@@ -433,11 +586,12 @@ impl<S: Storage> StreamCache<S> {
             .await
         {
             Ok(writer) => writer,
-            Err(error) => return fail(leader, LeadFailure::Storage(error)),
+            Err(error) => return fail(leader, LeadFailure::Storage(error), tracker),
         };
         // No await from here until the pump is spawned and the meta published.
         let source = writer.source();
         let claim = Claim::new();
+        let span = tracker.span();
         let pump = Pump {
             counters: Arc::clone(&self.counters),
             claims: claim.counter(),
@@ -451,7 +605,7 @@ impl<S: Storage> StreamCache<S> {
         match source {
             Some(source) => {
                 let own_reader = source.open();
-                tokio::spawn(pump.run_counted());
+                tokio::spawn(pump.run_counted(tracker).instrument(span));
                 let _ = leader.finish(Ok(Published {
                     meta: meta.clone(),
                     source: Some(source),
@@ -460,7 +614,7 @@ impl<S: Storage> StreamCache<S> {
                 Ok(self.wrap(meta, own_reader))
             }
             None => {
-                let outcome = tokio::spawn(pump.run_counted()).await;
+                let outcome = tokio::spawn(pump.run_counted(tracker).instrument(span)).await;
                 match outcome {
                     Ok(Ok(_len)) => {
                         let _ = leader.finish(Ok(Published {
@@ -478,9 +632,14 @@ impl<S: Storage> StreamCache<S> {
                             None => Err(FillError::Vanished),
                         }
                     }
-                    Ok(Err(reason)) => fail(leader, LeadFailure::Aborted(reason)),
+                    Ok(Err(reason)) => {
+                        let _ = leader.finish(Err(LeadFailure::Aborted(reason.clone())));
+                        Err(FillError::Aborted(reason))
+                    }
                     Err(_join_error) => {
-                        fail(leader, LeadFailure::Aborted(AbortReason::WriterDropped))
+                        let reason = AbortReason::WriterDropped;
+                        let _ = leader.finish(Err(LeadFailure::Aborted(reason.clone())));
+                        Err(FillError::Aborted(reason))
                     }
                 }
             }
@@ -532,16 +691,25 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
         Err(reason)
     }
 
-    /// `run`, with its outcome counted.
-    async fn run_counted(self) -> Result<u64, AbortReason> {
+    /// `run`, with its outcome counted and reported to `tracker` (which, if this task is
+    /// dropped, reports `Cancelled` from its own drop).
+    async fn run_counted(self, tracker: FillTracker) -> Result<u64, AbortReason> {
         let counters = Arc::clone(&self.counters);
-        let outcome = self.run().await;
+        let mut written = 0;
+        let outcome = self.run(&mut written).await;
         counters.fill_ended(outcome.as_ref().map(|_| ()).map_err(AbortReason::kind));
+        tracker.end(match &outcome {
+            Ok(bytes) => FillOutcome::Completed { bytes: *bytes },
+            Err(reason) => FillOutcome::Aborted {
+                kind: reason.kind(),
+                bytes: written,
+            },
+        });
         outcome
     }
 
-    async fn run(mut self) -> Result<u64, AbortReason> {
-        let mut written = 0u64;
+    /// Pump the body; `written` counts the bytes written so far.
+    async fn run(mut self, written: &mut u64) -> Result<u64, AbortReason> {
         loop {
             let Some(next) = Self::before_deadline(self.deadline, self.body.next()).await else {
                 return self.abort(AbortReason::FillTimedOut);
@@ -560,14 +728,14 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
             };
             let n = chunk.len() as u64;
             if let Some(limit) = self.max_body_size
-                && written + n > limit
+                && *written + n > limit
             {
                 return self.abort(AbortReason::TooLarge { limit });
             }
             match Self::before_deadline(self.deadline, self.writer.write(chunk)).await {
                 None => return self.abort(AbortReason::FillTimedOut),
                 Some(Err(error)) => return Err(error.reason().clone()),
-                Some(Ok(())) => written += n,
+                Some(Ok(())) => *written += n,
             }
             // Claims first, then readers: a follower opens its reader before it drops its
             // claim, so seeing no claim means its reader is already counted.

@@ -63,6 +63,9 @@ mod error;
 mod fence;
 mod front;
 mod mem;
+#[cfg(feature = "metrics")]
+mod meter;
+mod observe;
 mod state;
 mod stats;
 mod sync;
@@ -78,8 +81,9 @@ pub use body::HttpBody;
 pub use disk::{DiskStorage, DiskStorageBuilder, Durability};
 pub use error::{BodyError, FillError, StorageError, WriteError};
 pub use fence::{Admission, FenceTable, WriteFence};
-pub use front::{NoReaderPolicy, StreamCache, StreamCacheBuilder, Upstream};
+pub use front::{NoReaderPolicy, Obtained, StreamCache, StreamCacheBuilder, Upstream};
 pub use mem::MemStorage;
+pub use observe::{FillEnd, FillOutcome};
 pub use state::{AbortKind, AbortReason, WriteState};
 pub use stats::{AbortCounts, StreamCacheStats};
 pub use traits::{

@@ -17,7 +17,7 @@ use crate::traits::StorageUsage;
 const STRIPES: usize = 16;
 
 /// Every abort cause, in the order of [`AbortCounts`].
-const KINDS: [AbortKind; 10] = [
+pub(crate) const KINDS: [AbortKind; 10] = [
     AbortKind::WriterDropped,
     AbortKind::Upstream,
     AbortKind::TooLarge,
@@ -62,6 +62,8 @@ struct Rare {
     fills_completed: AtomicU64,
     fills_failed: AtomicU64,
     purges: AtomicU64,
+    /// Fills started and not yet ended (a gauge: `FillTracker` adds and removes one).
+    in_flight: AtomicU64,
     aborts: [AtomicU64; KINDS.len()],
 }
 
@@ -123,6 +125,14 @@ impl Counters {
         };
     }
 
+    /// A fill started (`in_flight(false)` when it ends, however it ends).
+    pub(crate) fn in_flight(&self, started: bool) {
+        match started {
+            true => self.rare.in_flight.fetch_add(1, Ordering::Relaxed),
+            false => self.rare.in_flight.fetch_sub(1, Ordering::Relaxed),
+        };
+    }
+
     pub(crate) fn purge(&self) {
         self.rare.purges.fetch_add(1, Ordering::Relaxed);
     }
@@ -145,6 +155,7 @@ impl Counters {
             aborts: AbortCounts(std::array::from_fn(|i| load(&self.rare.aborts[i]))),
             bytes_served: sum(|s| &s.bytes_served),
             purges: load(&self.rare.purges),
+            fills_in_flight: load(&self.rare.in_flight),
             storage,
         }
     }
@@ -198,6 +209,9 @@ pub struct StreamCacheStats {
     pub bytes_served: u64,
     /// `purge` calls.
     pub purges: u64,
+    /// Fills running now: from `fill()` being called until the body is completely written,
+    /// aborted, or the fill failed or was cancelled before its body started (a gauge).
+    pub fills_in_flight: u64,
     /// The backend's used and capacity bytes, if it reports them ([`crate::Storage::usage`]).
     pub storage: Option<StorageUsage>,
 }
