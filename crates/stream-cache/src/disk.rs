@@ -67,7 +67,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
-use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use xxhash_rust::xxh3::{Xxh3Default, xxh3_64};
 
 use crate::cell::{BodyCell, CellLimits, Cursor, Ready};
@@ -155,10 +154,14 @@ impl DiskStorageBuilder {
         let tmp = self.root.join("tmp");
         let durability = self.durability;
         let capacity = self.capacity;
-        let scan = {
+        let (scan, objects_dir) = {
             let objects = objects.clone();
             let tmp = tmp.clone();
-            blocking(move || scan(&objects, &tmp, capacity, durability)).await?
+            blocking(move || {
+                let scan = scan(&objects, &tmp, capacity, durability)?;
+                Ok((scan, open_dir(&objects)?))
+            })
+            .await?
         };
         // An object at the limit must fit in the capacity with its header (key and meta up to
         // `KEY_META_ALLOWANCE`), block table and tail.
@@ -173,6 +176,7 @@ impl DiskStorageBuilder {
         Ok(DiskStorage {
             shared: Arc::new(DiskShared {
                 objects,
+                objects_dir: objects_dir.map(Arc::new),
                 tmp,
                 index: Mutex::new(scan.index),
                 fences: FenceTable::new(),
@@ -195,6 +199,9 @@ pub struct DiskStorage {
 #[derive(Debug)]
 struct DiskShared {
     objects: PathBuf,
+    /// The objects directory, held open for its fsyncs (`None` where directories cannot be
+    /// opened: not Unix).
+    objects_dir: Option<Arc<std::fs::File>>,
     tmp: PathBuf,
     /// Lock order: `index`, then `fences`.
     index: Mutex<Index>,
@@ -232,7 +239,9 @@ struct ActiveWrite {
     seq: u64,
     meta: ObjectMeta,
     cell: Arc<BodyCell>,
-    read_handle: Arc<std::fs::File>,
+    /// The temp file, opened read-write: the writer writes by position, readers read by
+    /// position (one handle, one `open` per write).
+    file: Arc<std::fs::File>,
     body_offset: u64,
     tmp_path: PathBuf,
     /// Bytes of its temp file charged to `Index::used`; changed under the index lock only.
@@ -298,6 +307,19 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     }
 }
 
+/// The directory opened for `fsync` (`None` where that is not possible).
+fn open_dir(dir: &Path) -> io::Result<Option<std::fs::File>> {
+    #[cfg(unix)]
+    {
+        std::fs::File::open(dir).map(Some)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(None)
+    }
+}
+
 fn read_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     #[cfg(unix)]
     {
@@ -306,6 +328,29 @@ fn read_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<usiz
     #[cfg(windows)]
     {
         std::os::windows::fs::FileExt::seek_read(file, buf, offset)
+    }
+}
+
+/// Write all of `buf` at `offset` (by position: no shared cursor, so readers of the same handle
+/// are not disturbed).
+fn write_all_at(file: &std::fs::File, buf: &[u8], offset: u64) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::write_all_at(file, buf, offset)
+    }
+    #[cfg(windows)]
+    {
+        let (mut buf, mut offset) = (buf, offset);
+        while !buf.is_empty() {
+            match std::os::windows::fs::FileExt::seek_write(file, buf, offset)? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                n => {
+                    buf = &buf[n..];
+                    offset += n as u64;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -678,6 +723,14 @@ impl DiskStorage {
 }
 
 impl DiskShared {
+    /// fsync the objects directory (renames and unlinks in it survive a power loss).
+    async fn sync_objects_dir(&self) -> io::Result<()> {
+        let Some(dir) = self.objects_dir.clone() else {
+            return Ok(());
+        };
+        blocking(move || dir.sync_all()).await
+    }
+
     fn object_path(&self, key: &CacheKey, seq: u64) -> PathBuf {
         self.objects.join(object_name(key, seq))
     }
@@ -781,7 +834,7 @@ impl Storage for DiskStorage {
                     meta: write.meta.clone(),
                     body: Box::new(DiskReader::tailing(
                         write.cell.cursor(),
-                        Arc::clone(&write.read_handle),
+                        Arc::clone(&write.file),
                         write.body_offset,
                     )),
                 }));
@@ -858,10 +911,22 @@ impl Storage for DiskStorage {
             path: Some(tmp_path.clone()),
         };
         let header = encode_header(key, &meta)?;
-        let mut file = tokio::fs::File::create(&tmp_path).await?;
-        file.write_all(&header).await?;
-        file.flush().await?;
-        let read_handle = tokio::fs::File::open(&tmp_path).await?.into_std().await;
+        // One trip to the blocking pool. The header is written by `finish`, with its final
+        // body length, in the same trip as the footer; until then the file starts with a hole
+        // where the header goes, which nobody reads (readers of a write in progress read from
+        // `body_offset` on; temp files are never served and are deleted by the next `open`).
+        let file = {
+            let path = tmp_path.clone();
+            blocking(move || {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(path)
+            })
+            .await?
+        };
         let write = Arc::new(ActiveWrite {
             seq,
             cell: BodyCell::new(
@@ -872,7 +937,7 @@ impl Storage for DiskStorage {
                 },
             ),
             meta,
-            read_handle: Arc::new(read_handle),
+            file: Arc::new(file),
             body_offset: header.len() as u64,
             tmp_path,
             charged: AtomicU64::new(0),
@@ -912,8 +977,8 @@ impl Storage for DiskStorage {
         Ok(Box::new(DiskWriter {
             shared: Arc::clone(shared),
             key: key.clone(),
+            end: header.len() as u64,
             write,
-            file,
             header,
             blocks: Vec::new(),
             block_hasher: Xxh3Default::new(),
@@ -941,8 +1006,7 @@ impl Storage for DiskStorage {
             removed
         };
         if removed && self.shared.durability == Durability::Full {
-            let objects = self.shared.objects.clone();
-            blocking(move || sync_dir(&objects)).await?;
+            self.shared.sync_objects_dir().await?;
         }
         Ok(removed)
     }
@@ -953,7 +1017,8 @@ struct DiskWriter {
     shared: Arc<DiskShared>,
     key: CacheKey,
     write: Arc<ActiveWrite>,
-    file: tokio::fs::File,
+    /// Where the next body byte goes in the file.
+    end: u64,
     /// The encoded header (its body length is filled in by `finish`).
     header: Vec<u8>,
     /// Checksums of the complete blocks so far.
@@ -1050,16 +1115,17 @@ impl BodyWriter for DiskWriter {
             return Err(self.fail(reason));
         }
         self.hash(&chunk);
+        // The chunk moves to the blocking pool as it is (no copy into a staging buffer) and
+        // is written by position in one trip.
+        let file = Arc::clone(&self.write.file);
+        let at = self.end;
         self.in_flight = true;
-        let written = async {
-            self.file.write_all(&chunk).await?;
-            self.file.flush().await
-        }
-        .await;
+        let written = blocking(move || write_all_at(&file, &chunk, at)).await;
         self.in_flight = false;
         if let Err(error) = written {
             return Err(self.fail(io_error(error)));
         }
+        self.end += n;
         match self.write.cell.advance(n) {
             Ok(_) => Ok(()),
             Err(reason) => Err(self.fail(reason)),
@@ -1083,21 +1149,25 @@ impl BodyWriter for DiskWriter {
         if let Err(reason) = self.shared.reserve(&self.write, footer.len() as u64) {
             return Err(self.fail(reason));
         }
-        self.in_flight = true;
         let durable = self.shared.durability == Durability::Full;
-        let written = async {
-            self.file.write_all(&footer).await?;
-            self.file
-                .seek(std::io::SeekFrom::Start(BODY_LEN_AT))
-                .await?;
-            self.file.write_all(&len.to_le_bytes()).await?;
-            self.file.flush().await?;
-            if durable {
-                self.file.sync_all().await?;
-            }
-            Ok::<_, io::Error>(())
-        }
-        .await;
+        // Footer, header (with its body length) and, when durable, `fdatasync`: one trip to
+        // the blocking pool. `fdatasync` flushes the bytes and what is needed to read them
+        // back (the file's size and block map), not its timestamps, which nothing reads.
+        let written = {
+            let file = Arc::clone(&self.write.file);
+            let header = std::mem::take(&mut self.header);
+            let at = self.end;
+            self.in_flight = true;
+            blocking(move || {
+                write_all_at(&file, &footer, at)?;
+                write_all_at(&file, &header, 0)?;
+                if durable {
+                    file.sync_data()?;
+                }
+                Ok(())
+            })
+            .await
+        };
         self.in_flight = false;
         if let Err(error) = written {
             return Err(self.fail(io_error(error)));
@@ -1141,10 +1211,9 @@ impl BodyWriter for DiskWriter {
         };
         let (len, current) = published?;
         if current && durable {
-            let objects = shared.objects.clone();
             // The object is complete and visible; a failed directory sync only means the
             // rename may not survive a power loss, which the next open tolerates.
-            if let Err(error) = blocking(move || sync_dir(&objects)).await {
+            if let Err(error) = shared.sync_objects_dir().await {
                 tracing::warn!(%error, "stream-cache: could not sync the objects directory");
             }
         }
@@ -1186,7 +1255,7 @@ impl BodySource for DiskSource {
     fn open(&self) -> Box<dyn BodyReader> {
         Box::new(DiskReader::tailing(
             self.write.cell.cursor(),
-            Arc::clone(&self.write.read_handle),
+            Arc::clone(&self.write.file),
             self.write.body_offset,
         ))
     }
