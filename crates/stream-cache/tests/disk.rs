@@ -306,3 +306,64 @@ async fn objects_through_a_tenth_of_their_size() {
     assert!(storage.eviction_records() <= 2 * storage.len() + 17);
     assert_eq!(body_of(&storage, "001999").await, Some(body));
 }
+
+/// What `Durability::Full` syncs: one directory fsync per `finish` (after the rename), none with
+/// `Durability::None`; a purge that unlinks nothing and finds no unsynced unlink syncs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_syncs_per_finish_and_purge() {
+    let dir = TempDir::new();
+    let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
+    let before = storage.dir_syncs();
+    store(&storage, "a", ObjectMeta::default(), &pattern(70_000, 1)).await;
+    store(&storage, "b", ObjectMeta::default(), b"b").await;
+    assert_eq!(storage.dir_syncs(), before + 2, "one per finish");
+    assert!(!storage.purge(&"never-stored".into()).await.unwrap());
+    assert_eq!(storage.dir_syncs(), before + 2, "nothing to make durable");
+    assert!(storage.purge(&"a".into()).await.unwrap());
+    assert_eq!(storage.dir_syncs(), before + 3, "the unlink is synced");
+
+    let none_dir = TempDir::new();
+    let none = DiskStorage::builder(none_dir.path(), 1 << 20)
+        .durability(Durability::None)
+        .open()
+        .await
+        .unwrap();
+    store(&none, "a", ObjectMeta::default(), b"a").await;
+    assert!(none.purge(&"a".into()).await.unwrap());
+    assert_eq!(none.dir_syncs(), 0);
+}
+
+/// An eviction unlinks a file without syncing the directory; a later purge of that key finds
+/// nothing to remove but must still sync, or a power loss could bring the evicted file back and
+/// undo a purge that returned. (Before the fix a purge synced only when it removed something.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_syncs_an_eviction_not_yet_synced() {
+    let dir = TempDir::new();
+    let storage = DiskStorage::open(dir.path(), 150 * 1024).await.unwrap();
+    store(&storage, "a", ObjectMeta::default(), &pattern(60 * 1024, 1)).await;
+    store(&storage, "b", ObjectMeta::default(), &pattern(60 * 1024, 2)).await;
+    // A write in progress evicts "a"; no finish (and so no directory sync) follows yet.
+    let mut writer = storage
+        .begin_write(&"c".into(), ObjectMeta::default())
+        .await
+        .unwrap();
+    writer
+        .write(Bytes::from(pattern(60 * 1024, 3)))
+        .await
+        .unwrap();
+    assert!(
+        storage.lookup(&"a".into()).await.unwrap().is_none(),
+        "evicted"
+    );
+    let before = storage.dir_syncs();
+    assert!(!storage.purge(&"a".into()).await.unwrap());
+    assert_eq!(
+        storage.dir_syncs(),
+        before + 1,
+        "the eviction's unlink is synced"
+    );
+    // Synced now: a second purge has nothing to make durable.
+    assert!(!storage.purge(&"a".into()).await.unwrap());
+    assert_eq!(storage.dir_syncs(), before + 1);
+    writer.finish().await.unwrap();
+}
