@@ -360,7 +360,7 @@ fn report_eviction(rt: &tokio::runtime::Runtime, rounds: u32) {
     let object = body(1024);
     let batch = 500u64;
     println!(
-        "| insert at capacity, 1 KiB objects, `Durability::None` | objects resident | time per insert | used bytes never over capacity |"
+        "| insert at capacity (1 KiB bodies, `Durability::None`) | objects resident | time per insert | used bytes never over capacity |"
     );
     println!("|---|---:|---:|---|");
     let mut stores = Vec::new();
@@ -410,7 +410,7 @@ fn report_eviction(rt: &tokio::runtime::Runtime, rounds: u32) {
     drop(runs);
     for ((count, dir, storage, ..), per_insert) in stores.into_iter().zip(e) {
         println!(
-            "| {count} objects | {} | {:.0} µs | yes (checked after every insert) |",
+            "| capacity of {count} x 1,200 bytes | {} | {:.0} µs | yes (checked after every insert) |",
             storage.len(),
             per_insert.as_secs_f64() * 1e6
         );
