@@ -127,8 +127,9 @@ const CLOCK_SLACK: usize = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Durability {
-    /// fsync each finished file before its rename, and the directory after renames and purges:
-    /// a finished object survives a power loss, a purged one stays purged (the default).
+    /// `fdatasync` each finished file before its rename and fsync the directory after it; a
+    /// purge fsyncs the directory whenever an unlink is not yet durable: a finished object
+    /// survives a power loss, a purged one stays purged (the default; see the module docs).
     #[default]
     Full,
     /// No fsync: a crash may lose objects finished shortly before it (or bring back a purged
