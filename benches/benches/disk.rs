@@ -119,6 +119,13 @@ fn writes(c: &mut Criterion) {
         });
         let _ = std::fs::remove_dir_all(&dir);
     }
+    {
+        let dir = scratch("tokio_fs_durable_rename");
+        group.bench_function("tokio_fs_durable_rename", |b| {
+            b.to_async(&rt).iter(|| file_write_renamed(&dir, &chunks));
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     for (name, sync) in [("tokio_fs_sync_all", true), ("tokio_fs_plain", false)] {
         let dir = scratch(name);
         let path = dir.join("file");
