@@ -4,7 +4,8 @@
 //! - [`Cache`]: the sharded store (cheap `Clone`, `Send + Sync`). Plain API: [`Cache::insert`],
 //!   [`Cache::get`], [`Cache::lookup`], [`Cache::remove`], capacity control, [`Cache::clear`]; and
 //!   read-through: [`Cache::get_or_try_insert`], [`Cache::get_or_try_insert_detached`], and the
-//!   infallible [`Cache::get_with`] / [`Cache::get_with_ttl`] for fills that cannot fail.
+//!   infallible [`Cache::get_with`] / [`Cache::get_with_ttl`] for fills that cannot fail, and the
+//!   bulk [`Cache::get_or_try_insert_many`] (one batch call for many misses).
 //! - [`CacheBuilder`]: capacity, TTLs, stale-while-revalidate, weigher, sampling, clock.
 //! - [`Fetched`] / [`FetchError`]: a read-through value with its [`Source`] (hit, filled, joined,
 //!   stale), or why there is none.
@@ -88,6 +89,7 @@ mod admission;
 mod atomic;
 mod budget;
 mod builder;
+mod bulk;
 mod cache;
 mod clock;
 mod error;
@@ -108,6 +110,7 @@ mod tally;
 
 pub use admission::Admission;
 pub use builder::{CacheBuilder, DEFAULT_POOL_SIZE, DEFAULT_RECENCY_RESOLUTION, DEFAULT_SAMPLES};
+pub use bulk::ManyFetched;
 pub use cache::{Cache, Entry, Fence, Freshness};
 pub use clock::{Clock, CoarseClock, ManualClock, TokioClock};
 pub use error::{FetchError, InsertError, RegistryError};

@@ -53,11 +53,11 @@ impl<V> Fetched<V> {
 /// The erased error a detached fill publishes when it runs past its `fill_timeout`.
 struct FillTimeout;
 
-type GroupLeader<'g, K, V> = Leader<'g, K, V, ErasedError>;
+pub(crate) type GroupLeader<'g, K, V> = Leader<'g, K, V, ErasedError>;
 
 /// A fill's lead, borrowing the group (a fill in the caller) or owning a clone of it (a fill on
 /// a spawned task): what storing and publishing a result needs from either.
-trait FillLeader<K, V> {
+pub(crate) trait FillLeader<K, V> {
     fn key(&self) -> &K;
     fn finish(self, result: Result<V, ErasedError>) -> Result<V, FlightError<ErasedError>>;
 }
@@ -92,7 +92,7 @@ struct Lead<'g, K: Hash + Eq, V, T, F> {
 }
 
 /// What the store said before any coalescing.
-enum Front<V, E> {
+pub(crate) enum Front<V, E> {
     Answer(Result<Fetched<V>, FetchError<E>>),
     /// Stale value returned; this caller claimed the refresh.
     StaleRefresh(V),
@@ -283,7 +283,7 @@ where
 
     /// Store lookup before coalescing: a fresh hit, a cached error of type `E`, a stale value
     /// (claiming its refresh), or a miss.
-    fn front<E: Send + Sync + 'static>(&self, hash: u64, key: &K) -> Front<V, E> {
+    pub(crate) fn front<E: Send + Sync + 'static>(&self, hash: u64, key: &K) -> Front<V, E> {
         let now = self.now();
         match self
             .shard(hash)
@@ -316,7 +316,7 @@ where
     /// A new leader re-checks the store: a flight may have stored and ended between our lookup and
     /// our join. Then the lead is finished with that value (nobody refills it); otherwise the lead
     /// comes back.
-    fn recheck<'g, E: Send + Sync + 'static>(
+    pub(crate) fn recheck<'g, E: Send + Sync + 'static>(
         &self,
         leader: GroupLeader<'g, K, V>,
         hash: u64,
@@ -333,7 +333,7 @@ where
         }
     }
 
-    fn followed<E: Send + Sync + 'static>(
+    pub(crate) fn followed<E: Send + Sync + 'static>(
         &self,
         r: Result<V, FlightError<ErasedError>>,
     ) -> Result<Fetched<V>, FetchError<E>> {
@@ -347,7 +347,10 @@ where
         }
     }
 
-    fn flight_error<E: Send + Sync + 'static>(&self, e: FlightError<ErasedError>) -> FetchError<E> {
+    pub(crate) fn flight_error<E: Send + Sync + 'static>(
+        &self,
+        e: FlightError<ErasedError>,
+    ) -> FetchError<E> {
         match e {
             FlightError::Failed(shared) => erased_to_fetch_error(ErasedError::clone(&shared)),
             FlightError::WaitTimedOut => {
@@ -394,7 +397,7 @@ where
 
     /// Stores a fill's outcome (fenced), then finishes the flight so waiters wake to a written
     /// store. Synchronous: no await between storing and publishing.
-    fn publish<E, T, L>(
+    pub(crate) fn publish<E, T, L>(
         &self,
         leader: L,
         hash: u64,
@@ -553,6 +556,9 @@ where
 fn erased_to_fetch_error<E: Send + Sync + 'static>(erased: ErasedError) -> FetchError<E> {
     if (*erased).is::<FillTimeout>() {
         return FetchError::FillTimedOut;
+    }
+    if (*erased).is::<crate::bulk::MissingFromBatch>() {
+        return FetchError::MissingFromBatch;
     }
     match erased.downcast::<E>() {
         Ok(e) => FetchError::Failed(e),
