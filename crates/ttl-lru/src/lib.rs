@@ -5,7 +5,8 @@
 //!   [`Cache::get`], [`Cache::lookup`], [`Cache::remove`], capacity control, [`Cache::clear`]; and
 //!   read-through: [`Cache::get_or_try_insert`], [`Cache::get_or_try_insert_detached`], and the
 //!   infallible [`Cache::get_with`] / [`Cache::get_with_ttl`] for fills that cannot fail, and the
-//!   bulk [`Cache::get_or_try_insert_many`] (one batch call for many misses).
+//!   bulk [`Cache::get_or_try_insert_many`] (one batch call for many misses); iteration and
+//!   predicate removal: [`Cache::iter`], [`Cache::retain`], [`Cache::invalidate_if`].
 //! - [`CacheBuilder`]: capacity, TTLs, stale-while-revalidate, weigher, sampling, clock.
 //! - [`Fetched`] / [`FetchError`]: a read-through value with its [`Source`] (hit, filled, joined,
 //!   stale), or why there is none.
@@ -95,6 +96,7 @@ mod clock;
 mod error;
 mod fence;
 mod get_with;
+mod iter;
 mod pool;
 pub mod pressure;
 mod read_through;
@@ -114,6 +116,7 @@ pub use bulk::ManyFetched;
 pub use cache::{Cache, Entry, Fence, Freshness};
 pub use clock::{Clock, CoarseClock, ManualClock, TokioClock};
 pub use error::{FetchError, InsertError, RegistryError};
+pub use iter::Iter;
 pub use read_through::{Fetched, Source};
 pub use second_level::{
     Codec, CodecError, L2Error, SecondLevel, TierFetched, TierSource, TierStats, TieredCache,

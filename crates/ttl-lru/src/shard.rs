@@ -8,6 +8,10 @@
 //! lock (old values, victims) is dropped after it is released. `tests/loom.rs` checks these
 //! transitions.
 
+mod snapshot;
+
+pub(crate) use snapshot::Unwritten;
+
 use std::any::Any;
 use std::borrow::Borrow;
 use std::hash::Hash;
