@@ -8,6 +8,7 @@ use crate::admission::Admission;
 use crate::budget::Budget;
 use crate::cache::{Cache, Inner, Weigher};
 use crate::clock::{Clock, ClockSource, CoarseClock, duration_to_ms};
+use crate::listener::{Listener, RemovalCause};
 use crate::shard::{FromCache, Shard, ShardConfig};
 use crate::stats::CachePadded;
 use crate::table::Columns;
@@ -55,6 +56,7 @@ pub struct CacheBuilder<K, V> {
     clock: Option<Arc<dyn Clock>>,
     seed: Option<u64>,
     admission: Admission,
+    listener: Option<Arc<Listener<K, V>>>,
 }
 
 impl<K, V> std::fmt::Debug for CacheBuilder<K, V> {
@@ -73,6 +75,7 @@ impl<K, V> std::fmt::Debug for CacheBuilder<K, V> {
             .field("weigher", &self.weigher.is_some())
             .field("seed", &self.seed)
             .field("admission", &self.admission)
+            .field("eviction_listener", &self.listener.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -98,7 +101,24 @@ where
             clock: None,
             seed: None,
             admission: Admission::Always,
+            listener: None,
         }
+    }
+
+    /// Calls `listener(key, value, cause)` for every value that leaves the cache: expired,
+    /// evicted for size, replaced, removed, invalidated or cleared ([`RemovalCause`]). Called on
+    /// the removing thread after the shard's lock is released, before the removing call
+    /// returns; a listener that panics is counted in [`Stats::listener_panics`] and the other
+    /// events of the batch are still delivered. Cached fill errors are not reported. Without
+    /// a listener nothing of this costs more than a branch on the removal paths.
+    ///
+    /// [`Stats::listener_panics`]: crate::Stats::listener_panics
+    pub fn eviction_listener(
+        mut self,
+        listener: impl Fn(K, V, RemovalCause) + Send + Sync + 'static,
+    ) -> Self {
+        self.listener = Some(Listener::new(listener));
+        self
     }
 
     /// Registers the cache under `name` in the [registry](crate::registry) (held weakly), so it
@@ -254,6 +274,7 @@ where
                         tally: tally.clone(),
                     },
                 )
+                .with_listener(self.listener.clone())
             })
             .collect();
         let clock = match self.clock {
@@ -281,6 +302,7 @@ where
             fills: CachePadded::default(),
             tally,
             group: group.build(),
+            listener: self.listener,
         });
         if inner.name.is_some() {
             crate::registry::register(&inner);

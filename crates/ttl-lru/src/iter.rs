@@ -95,7 +95,7 @@ where
                 let hash = self.hash(&key);
                 let mut fence = fence;
                 loop {
-                    match shard.remove_unwritten(hash, &key, fence) {
+                    match shard.remove_unwritten(hash, &key, fence, self.now()) {
                         Unwritten::Removed => {
                             self.inner.group.forget(&key);
                             removed += 1;

@@ -97,6 +97,7 @@ mod error;
 mod fence;
 mod get_with;
 mod iter;
+mod listener;
 mod pool;
 pub mod pressure;
 mod read_through;
@@ -117,6 +118,7 @@ pub use cache::{Cache, Entry, Fence, Freshness};
 pub use clock::{Clock, CoarseClock, ManualClock, TokioClock};
 pub use error::{FetchError, InsertError, RegistryError};
 pub use iter::Iter;
+pub use listener::RemovalCause;
 pub use read_through::{Fetched, Source};
 pub use second_level::{
     Codec, CodecError, L2Error, SecondLevel, TierFetched, TierSource, TierStats, TieredCache,

@@ -8,6 +8,7 @@
 //! lock (old values, victims) is dropped after it is released. `tests/loom.rs` checks these
 //! transitions.
 
+mod notify;
 mod snapshot;
 
 pub(crate) use snapshot::Unwritten;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use crate::admission::FrequencySketch;
 use crate::budget::Budget;
 use crate::error::InsertError;
+use crate::listener::{Listener, RemovalCause};
 use crate::shard_lock::{ShardLock, WriteGuard};
 use crate::stats::{CachePadded, ShardCounters};
 use crate::sync::{AtomicU64, Ordering};
@@ -166,6 +168,8 @@ pub(crate) struct Shard<K, V> {
     /// back.
     budget: Budget,
     sketch: Option<FrequencySketch>,
+    /// The cache's eviction listener, if any (`shard/notify.rs`).
+    listener: Option<Arc<Listener<K, V>>>,
 }
 
 impl<K: Eq + Hash, V: Clone> Shard<K, V> {
@@ -197,6 +201,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             tally,
             budget,
             sketch: admission.then(|| FrequencySketch::new(share)),
+            listener: None,
         }
     }
 
@@ -416,14 +421,14 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             let limit = t.capacity;
             let old = self.remove_key_locked(&mut t, hash, &key);
             drop(t);
-            drop(old);
+            self.report(old, RemovalCause::Replaced, now);
             self.counters.rejections.incr();
             return Err(InsertError::TooHeavy { weight, limit });
         }
         if now >= usable_until {
             let old = self.remove_key_locked(&mut t, hash, &key);
             drop(t);
-            drop(old);
+            self.report(old, RemovalCause::Replaced, now);
             return Ok(Write::Done(WriteOutcome::Expired));
         }
         let (old, stored) = match (t.find(hash, &key), stored) {
@@ -445,7 +450,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 if credit < need {
                     self.budget.give(credit);
                     drop(t);
-                    drop(evicted);
+                    self.report_evicted(evicted, now);
                     return Ok(Write::NoRoom {
                         key,
                         stored: Stored::Value(value),
@@ -458,7 +463,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 };
                 let old = t.replace_value(i, Slot::new(key, value, expires_at, now), weight);
                 drop(t);
-                drop((old, evicted));
+                self.report_evicted(evicted, now);
+                self.report(Some(Removed::Value(old)), RemovalCause::Replaced, now);
                 self.tally.record(Event::Insert);
                 return Ok(Write::Done(WriteOutcome::Stored));
             }
@@ -487,7 +493,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 if credit < need {
                     self.budget.give(credit);
                     drop(t);
-                    drop(evicted);
+                    self.report_evicted(evicted, now);
                     return Ok(Write::NoRoom {
                         key,
                         stored,
@@ -519,7 +525,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 self.budget.give(credit + victim_weight - weight);
                 drop(t);
                 self.count_removal(&victim, now);
-                drop((victim, evicted));
+                self.report_evicted(evicted, now);
+                self.report(Some(victim), RemovalCause::Size, now);
                 self.tally.record(Event::Insert);
                 return Ok(Write::Done(WriteOutcome::Stored));
             }
@@ -537,7 +544,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             Stored::Error(error) => t.push_error(ErrorSlot::new(key, error, hash, expires_at, now)),
         }
         drop(t);
-        drop((old, evicted));
+        self.report_evicted(evicted, now);
+        self.report(old, RemovalCause::Replaced, now);
         self.tally.record(Event::Insert);
         Ok(Write::Done(WriteOutcome::Stored))
     }
@@ -600,7 +608,18 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     }
 
     /// Removes `q`'s entry and fences fills of its key that started earlier.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn remove<Q>(&self, hash: u64, q: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        self.remove_as(hash, q, RemovalCause::Removed, 0)
+    }
+
+    /// [`remove`](Self::remove), telling the eviction listener `cause` (with a copy of the
+    /// value, which is also returned).
+    pub(crate) fn remove_as<Q>(&self, hash: u64, q: &Q, cause: RemovalCause, now: u64) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -609,7 +628,12 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         self.bump_fence(&mut t, hash);
         let removed = self.remove_key_locked(&mut t, hash, q);
         drop(t);
-        removed?.into_value()
+        let value = match &removed {
+            Some(Removed::Value(slot)) if self.listener.is_some() => Some(slot.value.clone()),
+            _ => return removed?.into_value(),
+        };
+        self.report(removed, cause, now);
+        value
     }
 
     /// Removes everything and fences every fill that started earlier. Returns the number removed.
@@ -623,7 +647,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let (slots, errors) = t.take_all();
         self.budget.give(weight);
         drop(t);
-        slots.len() + errors.len()
+        let n = slots.len() + errors.len();
+        self.report_all(slots, RemovalCause::Cleared, 0);
+        n
     }
 
     /// Removes every entry past its TTL and stale window. O(entries in this shard).
@@ -633,8 +659,14 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let removed = t.remove_dead(now, swr_ms);
         self.budget.give(before - t.weight);
         drop(t);
-        self.tally.add(Event::Expiration, removed.len() as u64);
-        removed.len()
+        let n = removed.len();
+        self.tally.add(Event::Expiration, n as u64);
+        let values = removed.into_iter().filter_map(|r| match r {
+            Removed::Value(slot) => Some(slot),
+            Removed::Error(_) => None,
+        });
+        self.report_all(values, RemovalCause::Expired, now);
+        n
     }
 
     /// Sets the most one entry may weigh (the cache's capacity).
@@ -660,7 +692,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             }
         }
         drop(t);
-        evicted.len()
+        let n = evicted.len();
+        self.report_evicted(evicted, now);
+        n
     }
 
     /// Evicts entries worth at least `short` units of weight (fewer if the shard runs out),
@@ -680,7 +714,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         }
         self.budget.give(freed);
         drop(t);
-        drop(evicted);
+        self.report_evicted(evicted, now);
         freed
     }
 
@@ -699,7 +733,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         }
         self.budget.give(before - t.weight);
         drop(t);
-        evicted.len()
+        let n = evicted.len();
+        self.report_evicted(evicted, now);
+        n
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -8,6 +8,7 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 
 use super::Shard;
+use crate::listener::RemovalCause;
 use crate::sync::Ordering;
 
 /// Whether a conditional removal applied.
@@ -55,7 +56,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Shard<K, V> {
 
     /// Removes `q`'s entry (fencing its in-flight fills, as `remove` does) unless the key was
     /// written after `fence`.
-    pub(crate) fn remove_unwritten<Q>(&self, hash: u64, q: &Q, fence: u64) -> Unwritten
+    pub(crate) fn remove_unwritten<Q>(&self, hash: u64, q: &Q, fence: u64, now: u64) -> Unwritten
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -71,8 +72,8 @@ impl<K: Eq + Hash + Clone, V: Clone> Shard<K, V> {
         self.bump_fence(&mut t, hash);
         let removed = self.remove_key_locked(&mut t, hash, q);
         drop(t);
-        // The removed entry (key and value: user types) is dropped here, unlocked.
-        drop(removed);
+        // Reported (or dropped: key and value are user types) here, unlocked.
+        self.report(removed, RemovalCause::Invalidated, now);
         Unwritten::Removed
     }
 }

@@ -18,3 +18,11 @@ impl<K, V> Table<K, V> {
         &self.slots
     }
 }
+
+impl<K, V> Slot<K, V> {
+    /// The entry's key and value, by move (for the eviction listener).
+    #[inline]
+    pub(crate) fn into_parts(self) -> (K, V) {
+        (self.key, self.value)
+    }
+}
