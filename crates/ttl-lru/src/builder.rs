@@ -57,6 +57,7 @@ pub struct CacheBuilder<K, V> {
     seed: Option<u64>,
     admission: Admission,
     listener: Option<Arc<Listener<K, V>>>,
+    time_to_idle: Option<Duration>,
 }
 
 impl<K, V> std::fmt::Debug for CacheBuilder<K, V> {
@@ -76,6 +77,7 @@ impl<K, V> std::fmt::Debug for CacheBuilder<K, V> {
             .field("seed", &self.seed)
             .field("admission", &self.admission)
             .field("eviction_listener", &self.listener.is_some())
+            .field("time_to_idle", &self.time_to_idle)
             .finish_non_exhaustive()
     }
 }
@@ -102,7 +104,26 @@ where
             seed: None,
             admission: Admission::Always,
             listener: None,
+            time_to_idle: None,
         }
+    }
+
+    /// Time-to-idle: a value not read or written for `idle` is gone (not even stale), next to
+    /// its time-to-live: it is fresh until `min(written + ttl, last access + idle)`.
+    ///
+    /// The last access is the recency stamp hits already record for eviction, so a hit pays
+    /// no write and no clock read for it; that stamp is refreshed at most once per
+    /// [`recency_resolution`](Self::recency_resolution) (default 200 ms), so an entry read
+    /// steadily may expire up to one resolution before `idle` has passed since its last read:
+    /// set the resolution well below `idle` (`Duration::ZERO` records every millisecond). Idle
+    /// entries are removed by [`Cache::purge_expired`] or, ranking as the least recently used,
+    /// by eviction (the eviction listener reports them as [`RemovalCause::Expired`]).
+    /// `Duration::ZERO` makes every entry idle at once: nothing is served.
+    ///
+    /// [`Cache::purge_expired`]: crate::Cache::purge_expired
+    pub fn time_to_idle(mut self, idle: Duration) -> Self {
+        self.time_to_idle = Some(idle);
+        self
     }
 
     /// Calls `listener(key, value, cause)` for every value that leaves the cache: expired,
@@ -275,6 +296,7 @@ where
                     },
                 )
                 .with_listener(self.listener.clone())
+                .with_idle(self.time_to_idle.map_or(u64::MAX, duration_to_ms))
             })
             .collect();
         let clock = match self.clock {

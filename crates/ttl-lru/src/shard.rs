@@ -8,6 +8,7 @@
 //! lock (old values, victims) is dropped after it is released. `tests/loom.rs` checks these
 //! transitions.
 
+mod idle;
 mod notify;
 mod snapshot;
 
@@ -170,6 +171,8 @@ pub(crate) struct Shard<K, V> {
     sketch: Option<FrequencySketch>,
     /// The cache's eviction listener, if any (`shard/notify.rs`).
     listener: Option<Arc<Listener<K, V>>>,
+    /// Time-to-idle in coarse milliseconds, `u64::MAX` for none (`shard/idle.rs`).
+    idle_ms: u64,
 }
 
 impl<K: Eq + Hash, V: Clone> Shard<K, V> {
@@ -202,6 +205,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             budget,
             sketch: admission.then(|| FrequencySketch::new(share)),
             listener: None,
+            idle_ms: u64::MAX,
         }
     }
 
@@ -232,7 +236,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let me = t.me();
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
-            if now < s.expires_at {
+            if now < s.expires_at && s.idle_ok(now, self.idle_ms) {
                 s.touch(now, self.recency_ms);
                 self.tally.record_as(me, Event::Fresh);
                 return Some(s.value.clone());
@@ -254,7 +258,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let me = t.me();
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
-            if now < s.usable_until(swr_ms) {
+            if now < s.usable_until(swr_ms) && s.idle_ok(now, self.idle_ms) {
+                let expires_at = s.deadline(self.idle_ms);
                 s.touch(now, self.recency_ms);
                 let stale = now >= s.expires_at;
                 if stale {
@@ -264,7 +269,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 }
                 return Some(Snapshot {
                     value: s.value.clone(),
-                    expires_at: s.expires_at,
+                    expires_at,
                     stale,
                 });
             }
@@ -282,7 +287,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     {
         let t = self.table.read();
         let s = t.slot(t.find_value(hash, q)?);
-        (now < s.expires_at).then(|| s.value.clone())
+        (now < s.expires_at && s.idle_ok(now, self.idle_ms)).then(|| s.value.clone())
     }
 
     /// Whether a fresh value is stored (no recency update, no counters).
@@ -293,7 +298,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     {
         let t = self.table.read();
         t.find_value(hash, q)
-            .is_some_and(|i| now < t.slot(i).expires_at)
+            .is_some_and(|i| now < t.slot(i).expires_at && t.slot(i).idle_ok(now, self.idle_ms))
     }
 
     /// The read-through lookup: fresh, stale (claiming the refresh if it is open), cached error, or miss.
@@ -308,12 +313,14 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         match t.find(hash, q) {
             Some(At::Value(i)) => {
                 let s = t.slot(i);
-                if now < s.expires_at {
+                // An entry idle past its time-to-idle is gone, not stale.
+                let idle_ok = s.idle_ok(now, self.idle_ms);
+                if now < s.expires_at && idle_ok {
                     s.touch(now, self.recency_ms);
                     self.tally.record_as(me, Event::Fresh);
                     return Probe::Fresh(s.value.clone());
                 }
-                if now < s.usable_until(swr_ms) {
+                if now < s.usable_until(swr_ms) && idle_ok {
                     s.touch(now, self.recency_ms);
                     self.tally.record_as(me, Event::Stale);
                     return Probe::Stale {
@@ -348,6 +355,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             let s = t.slot(i);
             now >= s.expires_at
                 && now < s.usable_until(swr_ms)
+                && s.idle_ok(now, self.idle_ms)
                 && t.gate(i).is_some_and(|g| claim_gate(g, now))
         })
     }
@@ -659,13 +667,14 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let removed = t.remove_dead(now, swr_ms);
         self.budget.give(before - t.weight);
         drop(t);
-        let n = removed.len();
+        let idle = self.purge_idle(now);
+        let n = removed.len() + idle.len();
         self.tally.add(Event::Expiration, n as u64);
         let values = removed.into_iter().filter_map(|r| match r {
             Removed::Value(slot) => Some(slot),
             Removed::Error(_) => None,
         });
-        self.report_all(values, RemovalCause::Expired, now);
+        self.report_all(values.chain(idle), RemovalCause::Expired, now);
         n
     }
 

@@ -18,14 +18,14 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     }
 
     /// Reports a value taken out of the shard (unlocked), or drops it. A value past its TTL
-    /// that is evicted counts as expired.
+    /// (or idle past its time-to-idle) that is evicted counts as expired.
     #[inline]
     pub(crate) fn report(&self, removed: Option<Removed<K, V>>, cause: RemovalCause, now: u64) {
         let Some(listener) = &self.listener else {
             return;
         };
         if let Some(Removed::Value(slot)) = removed {
-            deliver(listener, slot, cause, now);
+            deliver(listener, slot, cause, now, self.idle_ms);
         }
     }
 
@@ -37,7 +37,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         };
         for removed in evicted.first.into_iter().chain(evicted.rest) {
             if let Removed::Value(slot) = removed {
-                deliver(listener, slot, RemovalCause::Size, now);
+                deliver(listener, slot, RemovalCause::Size, now, self.idle_ms);
             }
         }
     }
@@ -53,14 +53,22 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             return;
         };
         for slot in removed {
-            deliver(listener, slot, cause, now);
+            deliver(listener, slot, cause, now, self.idle_ms);
         }
     }
 }
 
-fn deliver<K, V>(listener: &Listener<K, V>, slot: Slot<K, V>, cause: RemovalCause, now: u64) {
+fn deliver<K, V>(
+    listener: &Listener<K, V>,
+    slot: Slot<K, V>,
+    cause: RemovalCause,
+    now: u64,
+    idle_ms: u64,
+) {
     let cause = match cause {
-        RemovalCause::Size if now >= slot.expires_at => RemovalCause::Expired,
+        RemovalCause::Size if now >= slot.expires_at || !slot.idle_ok(now, idle_ms) => {
+            RemovalCause::Expired
+        }
         other => other,
     };
     let (key, value) = slot.into_parts();

@@ -32,7 +32,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Shard<K, V> {
         let entries = t
             .values()
             .iter()
-            .filter(|s| now < s.expires_at)
+            .filter(|s| now < s.expires_at && s.idle_ok(now, self.idle_ms))
             .map(|s| (s.key().clone(), s.value.clone()))
             .collect();
         (fence, entries)
@@ -49,7 +49,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Shard<K, V> {
         let value = t
             .find_value(hash, q)
             .map(|i| t.slot(i))
-            .filter(|s| now < s.expires_at)
+            .filter(|s| now < s.expires_at && s.idle_ok(now, self.idle_ms))
             .map(|s| s.value.clone());
         (fence, value)
     }

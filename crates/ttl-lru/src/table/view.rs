@@ -26,3 +26,39 @@ impl<K, V> Slot<K, V> {
         (self.key, self.value)
     }
 }
+
+impl<K, V> Slot<K, V> {
+    /// Whether the entry was accessed (read or written) less than `idle_ms` ago, by its
+    /// recorded recency stamp (`u64::MAX`: no time-to-idle). The stamp is the one hits already
+    /// keep for eviction, so a hit reads one word of the slot it reads anyway.
+    #[inline]
+    pub(crate) fn idle_ok(&self, now: u64, idle_ms: u64) -> bool {
+        now.saturating_sub(self.last_access.load(crate::sync::Ordering::Relaxed)) < idle_ms
+    }
+
+    /// When the entry stops being fresh: its TTL or its idle deadline, whichever is first.
+    #[inline]
+    pub(crate) fn deadline(&self, idle_ms: u64) -> u64 {
+        let idle = self
+            .last_access
+            .load(crate::sync::Ordering::Relaxed)
+            .saturating_add(idle_ms);
+        self.expires_at.min(idle)
+    }
+}
+
+impl<K: Eq + std::hash::Hash, V> Table<K, V> {
+    /// Removes every value idle for `idle_ms` or longer (`purge_expired` with a time-to-idle).
+    pub(crate) fn remove_idle(&mut self, now: u64, idle_ms: u64) -> Vec<Slot<K, V>> {
+        let mut removed = Vec::new();
+        // From the end: a swap-remove only moves an entry that was already checked.
+        for i in (0..self.slots.len()).rev() {
+            if !self.slots[i].idle_ok(now, idle_ms) {
+                if let super::Removed::Value(slot) = self.remove_at(super::At::Value(i)) {
+                    removed.push(slot);
+                }
+            }
+        }
+        removed
+    }
+}
