@@ -58,6 +58,7 @@ pub struct CacheBuilder<K, V> {
     admission: Admission,
     listener: Option<Arc<Listener<K, V>>>,
     time_to_idle: Option<Duration>,
+    key_label: crate::observe::KeyLabel<K>,
 }
 
 impl<K, V> std::fmt::Debug for CacheBuilder<K, V> {
@@ -105,7 +106,18 @@ where
             admission: Admission::Always,
             listener: None,
             time_to_idle: None,
+            key_label: None,
         }
+    }
+
+    /// Labels read-through `tracing` events with the key (its `Debug` form, formatted only
+    /// when a subscriber records the event). Off by default: keys may be sensitive or large.
+    pub fn trace_keys(mut self) -> Self
+    where
+        K: std::fmt::Debug,
+    {
+        self.key_label = Some(crate::observe::debug_label::<K>);
+        self
     }
 
     /// Time-to-idle: a value not read or written for `idle` is gone (not even stale), next to
@@ -307,6 +319,8 @@ where
         if let Some(t) = self.wait_timeout {
             group = group.wait_timeout(t);
         }
+        #[cfg(feature = "metrics")]
+        let name_for_metrics = self.name.clone();
         let inner = Arc::new(Inner {
             name: self.name,
             shards,
@@ -325,6 +339,9 @@ where
             tally,
             group: group.build(),
             listener: self.listener,
+            key_label: self.key_label,
+            #[cfg(feature = "metrics")]
+            metrics: crate::metrics::Metrics::register(name_for_metrics.as_deref()),
         });
         if inner.name.is_some() {
             crate::registry::register(&inner);

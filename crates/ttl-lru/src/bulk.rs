@@ -27,6 +27,7 @@ use futures::future::poll_fn;
 use crate::Fetched;
 use crate::cache::Cache;
 use crate::error::FetchError;
+use crate::observe::Started;
 use crate::read_through::{FillLeader, Front, GroupLeader, Source};
 use crate::shard::{ErasedError, WriteMode};
 
@@ -40,7 +41,7 @@ pub type ManyFetched<K, V, E> = HashMap<K, Result<Fetched<V>, FetchError<E>>>;
 struct Led<'g, K: Hash + Eq, V> {
     leader: GroupLeader<'g, K, V>,
     hash: u64,
-    fence: u64,
+    started: Started,
 }
 
 impl<K, V> Cache<K, V>
@@ -158,7 +159,10 @@ where
                             Err(leader) => led.push(Led {
                                 leader,
                                 hash: *hash,
-                                fence: *fence,
+                                started: Started {
+                                    fence: *fence,
+                                    at: None,
+                                },
                             }),
                         },
                     }
@@ -173,8 +177,24 @@ where
             joins.retain(|(.., slot)| slot.is_some());
             if !led.is_empty() {
                 let wanted = led.iter().map(|l| l.leader.key().clone()).collect();
-                for _ in &led {
+                let started = crate::observe::Started::lead(0);
+                for l in &mut led {
                     self.inner.fills.fills.incr();
+                    l.started = crate::observe::Started {
+                        fence: l.started.fence,
+                        at: started.at,
+                    };
+                    if started.at.is_some() {
+                        self.trace_lead(l.leader.key());
+                    }
+                }
+                if crate::observe::enabled() {
+                    tracing::debug!(
+                        target: "ttl_lru",
+                        cache = self.inner.name.as_deref(),
+                        keys = led.len(),
+                        "batch fill"
+                    );
                 }
                 // The batch's await: dropped here, `led` drops and hands each flight on.
                 let result = fill_many(wanted).await;
@@ -204,13 +224,13 @@ where
                 for Led {
                     leader,
                     hash,
-                    fence,
+                    started,
                 } in led
                 {
                     let key = leader.key().clone();
                     let answer = match found.remove(&key) {
                         Some(value) => self
-                            .publish(leader, hash, fence, |v| ttl_fn(v), Ok::<V, E>(value))
+                            .publish(leader, hash, started, |v| ttl_fn(v), Ok::<V, E>(value))
                             .map(|value| Fetched {
                                 value,
                                 source: Source::Filled,
@@ -229,11 +249,11 @@ where
                 for Led {
                     leader,
                     hash,
-                    fence,
+                    started,
                 } in led
                 {
                     let key = leader.key().clone();
-                    self.store_error(&leader, hash, fence, Arc::clone(&shared) as ErasedError);
+                    self.store_error(&leader, hash, started, Arc::clone(&shared) as ErasedError);
                     let _ = FillLeader::finish(leader, Err(Arc::clone(&shared) as ErasedError));
                     answers.insert(key, Err(FetchError::Failed(Arc::clone(&shared))));
                 }
@@ -242,8 +262,18 @@ where
     }
 
     /// Caches a batch's error for one key for `negative_ttl` (fenced), as a single fill does.
-    fn store_error(&self, leader: &GroupLeader<'_, K, V>, hash: u64, fence: u64, e: ErasedError) {
+    fn store_error(
+        &self,
+        leader: &GroupLeader<'_, K, V>,
+        hash: u64,
+        started: Started,
+        e: ErasedError,
+    ) {
         self.inner.fills.fill_errors.incr();
+        let fence = started.fence;
+        if started.at.is_some() {
+            self.trace_finished(leader.key(), "failed", &started);
+        }
         let now = self.now();
         let neg = self.inner.negative_ttl_ms;
         let cached_until = (neg > 0).then(|| now.saturating_add(neg));

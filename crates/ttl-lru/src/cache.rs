@@ -65,6 +65,10 @@ pub(crate) struct Inner<K, V> {
     pub(crate) group: coalesce::Group<K, V, ErasedError>,
     /// The eviction listener, also held by every shard (`listener.rs`).
     pub(crate) listener: Option<Arc<Listener<K, V>>>,
+    /// How `tracing` events label keys (`observe.rs`).
+    pub(crate) key_label: crate::observe::KeyLabel<K>,
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics: crate::metrics::Metrics,
 }
 
 /// Whether a [`lookup`](Cache::lookup) found a value within its TTL or past it.

@@ -98,6 +98,9 @@ mod fence;
 mod get_with;
 mod iter;
 mod listener;
+#[cfg(feature = "metrics")]
+mod metrics;
+mod observe;
 mod pool;
 pub mod pressure;
 mod read_through;
