@@ -173,6 +173,8 @@ pub(crate) struct Shard<K, V> {
     listener: Option<Arc<Listener<K, V>>>,
     /// Time-to-idle in coarse milliseconds, `u64::MAX` for none (`shard/idle.rs`).
     idle_ms: u64,
+    /// `min(recency_ms, idle_ms)`: a hit on a stamp younger than this does nothing more.
+    hit_gate_ms: u64,
 }
 
 impl<K: Eq + Hash, V: Clone> Shard<K, V> {
@@ -206,6 +208,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             sketch: admission.then(|| FrequencySketch::new(share)),
             listener: None,
             idle_ms: u64::MAX,
+            hit_gate_ms: recency_ms.max(1),
         }
     }
 
@@ -236,8 +239,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let me = t.me();
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
-            if now < s.expires_at && s.idle_ok(now, self.idle_ms) {
-                s.touch(now, self.recency_ms);
+            if s.hit(now, self.hit_gate_ms, self.idle_ms, self.recency_ms) {
                 self.tally.record_as(me, Event::Fresh);
                 return Some(s.value.clone());
             }

@@ -11,6 +11,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     /// Sets the time-to-idle (coarse milliseconds; `u64::MAX` for none), at build time.
     pub(crate) fn with_idle(mut self, idle_ms: u64) -> Self {
         self.idle_ms = idle_ms;
+        self.hit_gate_ms = self.recency_ms.min(idle_ms);
         self
     }
 

@@ -36,6 +36,28 @@ impl<K, V> Slot<K, V> {
         now.saturating_sub(self.last_access.load(crate::sync::Ordering::Relaxed)) < idle_ms
     }
 
+    /// The hit path's check and touch in one: whether the value is fresh (within its TTL and
+    /// not idle), and if so records the access (as [`Slot::touch`]). `gate_ms` is
+    /// `min(every_ms, idle_ms)`: a stamp younger than that (the common, read-mostly case) needs
+    /// neither a touch nor an idle check, so that case compares once, as a hit without a
+    /// time-to-idle always did (callgrind: the same instructions per get as before).
+    #[inline]
+    pub(crate) fn hit(&self, now: u64, gate_ms: u64, idle_ms: u64, every_ms: u64) -> bool {
+        if now >= self.expires_at {
+            return false;
+        }
+        let since = now.saturating_sub(self.last_access.load(crate::sync::Ordering::Relaxed));
+        if since >= gate_ms {
+            if since >= idle_ms {
+                return false;
+            }
+            if since >= every_ms {
+                self.last_access.store(now, crate::sync::Ordering::Relaxed);
+            }
+        }
+        true
+    }
+
     /// When the entry stops being fresh: its TTL or its idle deadline, whichever is first.
     #[inline]
     pub(crate) fn deadline(&self, idle_ms: u64) -> u64 {
