@@ -7,7 +7,8 @@
 //!   infallible [`Cache::get_with`] / [`Cache::get_with_ttl`] for fills that cannot fail, and the
 //!   bulk [`Cache::get_or_try_insert_many`] (one batch call for many misses); iteration and
 //!   predicate removal: [`Cache::iter`], [`Cache::retain`], [`Cache::invalidate_if`].
-//! - [`CacheBuilder`]: capacity, TTLs, stale-while-revalidate, weigher, sampling, clock.
+//! - [`CacheBuilder`]: capacity, TTLs, time-to-idle, stale-while-revalidate, weigher, sampling,
+//!   clock, an eviction listener ([`RemovalCause`]), key labels for `tracing` events.
 //! - [`Fetched`] / [`FetchError`]: a read-through value with its [`Source`] (hit, filled, joined,
 //!   stale), or why there is none.
 //!
@@ -82,6 +83,11 @@
 //!   a refresh.
 //! - **Named caches** register in [`registry`] (weakly) for listing, resizing, purging, shrinking;
 //!   an opt-in [`pressure`] watcher scales them all down under memory pressure, with hysteresis.
+//!
+//! - **Observability.** Read-through fills and refreshes emit `tracing` events (target
+//!   `ttl_lru`; a lead looks at the subscriber once, hits never do); with the `metrics` feature
+//!   `Cache::record_metrics` copies [`Stats`] into `ttl_lru_*` counters and each fill's
+//!   duration goes to a histogram.
 //!
 //! Edge cases: capacity 0 stores nothing (inserts fail with [`InsertError::TooHeavy`], read-through
 //! still coalesces and returns values); a TTL of 0 stores nothing unless a stale window is set.
