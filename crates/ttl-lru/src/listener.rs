@@ -11,7 +11,8 @@
 //! the process aborts, as any panic does). Without a listener the removal paths pay one branch
 //! on a `None`; the hit path is unchanged.
 //!
-//! Only values are reported: cached fill errors (negative caching) leave silently. An entry
+//! Only values are reported: cached fill errors (negative caching) leave silently, and so do
+//! the entries still stored when the cache's last handle is dropped (as in Caffeine and moka). An entry
 //! past its TTL is reported as [`RemovalCause::Expired`] when it is actually removed (taken as
 //! an eviction victim, purged, or replaced), not at the moment its TTL ends.
 

@@ -16,6 +16,9 @@
 //! | `refresh started` | `follows` = whether another fill of the key was open |
 //! | `batch fill` | `keys` (how many this call leads) |
 //!
+//! A hand-off (a leader went away and a waiter fills instead), an abandon or a wait timeout is
+//! the coalescing group's business: `coalesce` emits those under its own target.
+//!
 //! Hits emit nothing and read nothing of this. A miss looks at the subscriber once when it
 //! takes a lead (tracing's level filter: one relaxed load and a branch with no subscriber);
 //! only then, or with the `metrics` feature, is the clock read at the start and end of a fill.
