@@ -8,6 +8,7 @@ use crate::admission::Admission;
 use crate::budget::Budget;
 use crate::cache::{Cache, Inner, Weigher};
 use crate::clock::{Clock, ClockSource, CoarseClock, duration_to_ms};
+use crate::listener::{Listener, RemovalCause};
 use crate::shard::{FromCache, Shard, ShardConfig};
 use crate::stats::CachePadded;
 use crate::table::Columns;
@@ -55,6 +56,9 @@ pub struct CacheBuilder<K, V> {
     clock: Option<Arc<dyn Clock>>,
     seed: Option<u64>,
     admission: Admission,
+    listener: Option<Arc<Listener<K, V>>>,
+    time_to_idle: Option<Duration>,
+    key_label: crate::observe::KeyLabel<K>,
 }
 
 impl<K, V> std::fmt::Debug for CacheBuilder<K, V> {
@@ -73,6 +77,8 @@ impl<K, V> std::fmt::Debug for CacheBuilder<K, V> {
             .field("weigher", &self.weigher.is_some())
             .field("seed", &self.seed)
             .field("admission", &self.admission)
+            .field("eviction_listener", &self.listener.is_some())
+            .field("time_to_idle", &self.time_to_idle)
             .finish_non_exhaustive()
     }
 }
@@ -98,7 +104,54 @@ where
             clock: None,
             seed: None,
             admission: Admission::Always,
+            listener: None,
+            time_to_idle: None,
+            key_label: None,
         }
+    }
+
+    /// Labels read-through `tracing` events with the key (its `Debug` form, formatted only
+    /// when a subscriber records the event). Off by default: keys may be sensitive or large.
+    pub fn trace_keys(mut self) -> Self
+    where
+        K: std::fmt::Debug,
+    {
+        self.key_label = Some(crate::observe::debug_label::<K>);
+        self
+    }
+
+    /// Time-to-idle: a value not read or written for `idle` is gone (not even stale), next to
+    /// its time-to-live: it is fresh until `min(written + ttl, last access + idle)`.
+    ///
+    /// The last access is the recency stamp hits already record for eviction, so a hit pays
+    /// no write and no clock read for it; that stamp is refreshed at most once per
+    /// [`recency_resolution`](Self::recency_resolution) (default 200 ms), so an entry read
+    /// steadily may expire up to one resolution before `idle` has passed since its last read:
+    /// set the resolution well below `idle` (`Duration::ZERO` records every millisecond). Idle
+    /// entries are removed by [`Cache::purge_expired`] or, ranking as the least recently used,
+    /// by eviction (the eviction listener reports them as [`RemovalCause::Expired`]).
+    /// `Duration::ZERO` makes every entry idle at once: nothing is served.
+    ///
+    /// [`Cache::purge_expired`]: crate::Cache::purge_expired
+    pub fn time_to_idle(mut self, idle: Duration) -> Self {
+        self.time_to_idle = Some(idle);
+        self
+    }
+
+    /// Calls `listener(key, value, cause)` for every value that leaves the cache: expired,
+    /// evicted for size, replaced, removed, invalidated or cleared ([`RemovalCause`]). Called on
+    /// the removing thread after the shard's lock is released, before the removing call
+    /// returns; a listener that panics is counted in [`Stats::listener_panics`] and the other
+    /// events of the batch are still delivered. Cached fill errors are not reported. Without
+    /// a listener nothing of this costs more than a branch on the removal paths.
+    ///
+    /// [`Stats::listener_panics`]: crate::Stats::listener_panics
+    pub fn eviction_listener(
+        mut self,
+        listener: impl Fn(K, V, RemovalCause) + Send + Sync + 'static,
+    ) -> Self {
+        self.listener = Some(Listener::new(listener));
+        self
     }
 
     /// Registers the cache under `name` in the [registry](crate::registry) (held weakly), so it
@@ -254,6 +307,8 @@ where
                         tally: tally.clone(),
                     },
                 )
+                .with_listener(self.listener.clone())
+                .with_idle(self.time_to_idle.map_or(u64::MAX, duration_to_ms))
             })
             .collect();
         let clock = match self.clock {
@@ -264,6 +319,8 @@ where
         if let Some(t) = self.wait_timeout {
             group = group.wait_timeout(t);
         }
+        #[cfg(feature = "metrics")]
+        let name_for_metrics = self.name.clone();
         let inner = Arc::new(Inner {
             name: self.name,
             shards,
@@ -281,6 +338,10 @@ where
             fills: CachePadded::default(),
             tally,
             group: group.build(),
+            listener: self.listener,
+            key_label: self.key_label,
+            #[cfg(feature = "metrics")]
+            metrics: crate::metrics::Metrics::register(name_for_metrics.as_deref()),
         });
         if inner.name.is_some() {
             crate::registry::register(&inner);

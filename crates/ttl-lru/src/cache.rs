@@ -10,6 +10,7 @@ use crate::budget::Budget;
 use crate::builder::CacheBuilder;
 use crate::clock::{ClockSource, duration_to_ms};
 use crate::error::InsertError;
+use crate::listener::{Listener, RemovalCause};
 use crate::shard::{
     ErasedError, NEVER, Shard, ShardConfig, Stored, Write, WriteMode, WriteOutcome,
 };
@@ -62,6 +63,12 @@ pub(crate) struct Inner<K, V> {
     /// Hits, misses, inserts, evictions and expirations, counted per thread (see `tally.rs`).
     pub(crate) tally: Tally,
     pub(crate) group: coalesce::Group<K, V, ErasedError>,
+    /// The eviction listener, also held by every shard (`listener.rs`).
+    pub(crate) listener: Option<Arc<Listener<K, V>>>,
+    /// How `tracing` events label keys (`observe.rs`).
+    pub(crate) key_label: crate::observe::KeyLabel<K>,
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics: crate::metrics::Metrics,
 }
 
 /// Whether a [`lookup`](Cache::lookup) found a value within its TTL or past it.
@@ -331,13 +338,17 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
-        self.shard(hash).remove(hash, key)
+        self.shard(hash)
+            .remove_as(hash, key, RemovalCause::Removed, self.now())
     }
 
     /// Removes `key`'s entry and detaches its in-flight fill (the owned-key form of
     /// [`remove`](Self::remove) that also makes the next read-through caller start afresh).
     pub fn invalidate(&self, key: &K) -> Option<V> {
-        let v = self.remove(key);
+        let hash = self.hash(key);
+        let v = self
+            .shard(hash)
+            .remove_as(hash, key, RemovalCause::Invalidated, self.now());
         self.inner.group.forget(key);
         v
     }
@@ -434,6 +445,7 @@ where
         }
         s.add_tally(&self.inner.tally);
         s.add_fills(&self.inner.fills);
+        s.listener_panics = self.inner.listener.as_ref().map_or(0, |l| l.panics.get());
         s.lookups = s.hits + s.misses + s.stale_hits + s.negative_hits;
         s.capacity = self.capacity();
         s

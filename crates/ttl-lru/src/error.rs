@@ -41,6 +41,10 @@ pub enum FetchError<E> {
     /// (two call sites share a key but disagree on the error type).
     #[error("the joined fill failed with an error of a different type")]
     ErrorTypeMismatch,
+    /// A batch fill ([`Cache::get_or_try_insert_many`](crate::Cache::get_or_try_insert_many))
+    /// returned no value for this key (it asked for it). Not cached: the next call fills again.
+    #[error("the batch fill returned no value for this key")]
+    MissingFromBatch,
 }
 
 impl<E> FetchError<E> {

@@ -4,8 +4,11 @@
 //! - [`Cache`]: the sharded store (cheap `Clone`, `Send + Sync`). Plain API: [`Cache::insert`],
 //!   [`Cache::get`], [`Cache::lookup`], [`Cache::remove`], capacity control, [`Cache::clear`]; and
 //!   read-through: [`Cache::get_or_try_insert`], [`Cache::get_or_try_insert_detached`], and the
-//!   infallible [`Cache::get_with`] / [`Cache::get_with_ttl`] for fills that cannot fail.
-//! - [`CacheBuilder`]: capacity, TTLs, stale-while-revalidate, weigher, sampling, clock.
+//!   infallible [`Cache::get_with`] / [`Cache::get_with_ttl`] for fills that cannot fail, and the
+//!   bulk [`Cache::get_or_try_insert_many`] (one batch call for many misses); iteration and
+//!   predicate removal: [`Cache::iter`], [`Cache::retain`], [`Cache::invalidate_if`].
+//! - [`CacheBuilder`]: capacity, TTLs, time-to-idle, stale-while-revalidate, weigher, sampling,
+//!   clock, an eviction listener ([`RemovalCause`]), key labels for `tracing` events.
 //! - [`Fetched`] / [`FetchError`]: a read-through value with its [`Source`] (hit, filled, joined,
 //!   stale), or why there is none.
 //!
@@ -81,6 +84,11 @@
 //! - **Named caches** register in [`registry`] (weakly) for listing, resizing, purging, shrinking;
 //!   an opt-in [`pressure`] watcher scales them all down under memory pressure, with hysteresis.
 //!
+//! - **Observability.** Read-through fills and refreshes emit `tracing` events (target
+//!   `ttl_lru`; a lead looks at the subscriber once, hits never do); with the `metrics` feature
+//!   `Cache::record_metrics` copies [`Stats`] into `ttl_lru_*` counters and each fill's
+//!   duration goes to a histogram.
+//!
 //! Edge cases: capacity 0 stores nothing (inserts fail with [`InsertError::TooHeavy`], read-through
 //! still coalesces and returns values); a TTL of 0 stores nothing unless a stale window is set.
 
@@ -88,11 +96,17 @@ mod admission;
 mod atomic;
 mod budget;
 mod builder;
+mod bulk;
 mod cache;
 mod clock;
 mod error;
 mod fence;
 mod get_with;
+mod iter;
+mod listener;
+#[cfg(feature = "metrics")]
+mod metrics;
+mod observe;
 mod pool;
 pub mod pressure;
 mod read_through;
@@ -108,9 +122,12 @@ mod tally;
 
 pub use admission::Admission;
 pub use builder::{CacheBuilder, DEFAULT_POOL_SIZE, DEFAULT_RECENCY_RESOLUTION, DEFAULT_SAMPLES};
+pub use bulk::ManyFetched;
 pub use cache::{Cache, Entry, Fence, Freshness};
 pub use clock::{Clock, CoarseClock, ManualClock, TokioClock};
 pub use error::{FetchError, InsertError, RegistryError};
+pub use iter::Iter;
+pub use listener::RemovalCause;
 pub use read_through::{Fetched, Source};
 pub use second_level::{
     Codec, CodecError, L2Error, SecondLevel, TierFetched, TierSource, TierStats, TieredCache,

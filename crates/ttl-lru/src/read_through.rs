@@ -19,6 +19,7 @@ use futures::FutureExt;
 use crate::cache::Cache;
 use crate::clock::duration_to_ms;
 use crate::error::FetchError;
+use crate::observe::Started;
 use crate::shard::{ErasedError, Probe, WriteMode};
 
 /// How a read-through call obtained its value.
@@ -53,11 +54,11 @@ impl<V> Fetched<V> {
 /// The erased error a detached fill publishes when it runs past its `fill_timeout`.
 struct FillTimeout;
 
-type GroupLeader<'g, K, V> = Leader<'g, K, V, ErasedError>;
+pub(crate) type GroupLeader<'g, K, V> = Leader<'g, K, V, ErasedError>;
 
 /// A fill's lead, borrowing the group (a fill in the caller) or owning a clone of it (a fill on
 /// a spawned task): what storing and publishing a result needs from either.
-trait FillLeader<K, V> {
+pub(crate) trait FillLeader<K, V> {
     fn key(&self) -> &K;
     fn finish(self, result: Result<V, ErasedError>) -> Result<V, FlightError<ErasedError>>;
 }
@@ -86,13 +87,13 @@ impl<K: Hash + Eq, V: Clone> FillLeader<K, V> for OwnedLeader<K, V, ErasedError>
 struct Lead<'g, K: Hash + Eq, V, T, F> {
     leader: GroupLeader<'g, K, V>,
     hash: u64,
-    fence: u64,
+    fence: Started,
     ttl_fn: T,
     make_fut: F,
 }
 
 /// What the store said before any coalescing.
-enum Front<V, E> {
+pub(crate) enum Front<V, E> {
     Answer(Result<Fetched<V>, FetchError<E>>),
     /// Stale value returned; this caller claimed the refresh.
     StaleRefresh(V),
@@ -272,6 +273,10 @@ where
             Err(leader) => leader,
         };
         self.inner.fills.fills.incr();
+        let fence = Started::lead(fence);
+        if fence.at.is_some() {
+            self.trace_lead(leader.key());
+        }
         Ok(Lead {
             leader,
             hash,
@@ -283,7 +288,7 @@ where
 
     /// Store lookup before coalescing: a fresh hit, a cached error of type `E`, a stale value
     /// (claiming its refresh), or a miss.
-    fn front<E: Send + Sync + 'static>(&self, hash: u64, key: &K) -> Front<V, E> {
+    pub(crate) fn front<E: Send + Sync + 'static>(&self, hash: u64, key: &K) -> Front<V, E> {
         let now = self.now();
         match self
             .shard(hash)
@@ -316,7 +321,7 @@ where
     /// A new leader re-checks the store: a flight may have stored and ended between our lookup and
     /// our join. Then the lead is finished with that value (nobody refills it); otherwise the lead
     /// comes back.
-    fn recheck<'g, E: Send + Sync + 'static>(
+    pub(crate) fn recheck<'g, E: Send + Sync + 'static>(
         &self,
         leader: GroupLeader<'g, K, V>,
         hash: u64,
@@ -333,11 +338,19 @@ where
         }
     }
 
-    fn followed<E: Send + Sync + 'static>(
+    pub(crate) fn followed<E: Send + Sync + 'static>(
         &self,
         r: Result<V, FlightError<ErasedError>>,
     ) -> Result<Fetched<V>, FetchError<E>> {
         self.inner.fills.waits.incr();
+        if crate::observe::enabled() {
+            tracing::debug!(
+                target: "ttl_lru",
+                cache = self.inner.name.as_deref(),
+                outcome = if r.is_ok() { "value" } else { "error" },
+                "joined a fill"
+            );
+        }
         match r {
             Ok(value) => Ok(Fetched {
                 value,
@@ -347,7 +360,10 @@ where
         }
     }
 
-    fn flight_error<E: Send + Sync + 'static>(&self, e: FlightError<ErasedError>) -> FetchError<E> {
+    pub(crate) fn flight_error<E: Send + Sync + 'static>(
+        &self,
+        e: FlightError<ErasedError>,
+    ) -> FetchError<E> {
         match e {
             FlightError::Failed(shared) => erased_to_fetch_error(ErasedError::clone(&shared)),
             FlightError::WaitTimedOut => {
@@ -363,7 +379,7 @@ where
         self,
         leader: L,
         hash: u64,
-        fence: u64,
+        fence: Started,
         ttl_fn: T,
         fut: Fut,
         timeout: Option<Duration>,
@@ -380,6 +396,13 @@ where
                 Ok(r) => r,
                 Err(_elapsed) => {
                     self.inner.fills.fill_timeouts.incr();
+                    tracing::warn!(
+                        target: "ttl_lru",
+                        cache = self.inner.name.as_deref(),
+                        key = crate::observe::key(self.inner.key_label, leader.key()),
+                        elapsed_ms = fence.elapsed_ms(),
+                        "fill timed out"
+                    );
                     let retry_at = self.now().saturating_add(self.inner.negative_ttl_ms);
                     self.shard(hash)
                         .release_refresh(hash, leader.key(), retry_at);
@@ -394,11 +417,11 @@ where
 
     /// Stores a fill's outcome (fenced), then finishes the flight so waiters wake to a written
     /// store. Synchronous: no await between storing and publishing.
-    fn publish<E, T, L>(
+    pub(crate) fn publish<E, T, L>(
         &self,
         leader: L,
         hash: u64,
-        fence: u64,
+        started: Started,
         ttl_fn: T,
         result: Result<V, E>,
     ) -> Result<V, FetchError<E>>
@@ -408,17 +431,25 @@ where
         L: FillLeader<K, V>,
     {
         let now = self.now();
+        let fence = started.fence;
         match result {
             Ok(value) => {
                 let expires_at = now.saturating_add(duration_to_ms(ttl_fn(&value)));
                 // Too heavy to store: still returned to every caller (the rejection is counted).
-                let _ = self.write_value(
+                let stored = self.write_value(
                     leader.key().clone(),
                     value.clone(),
                     expires_at,
                     now,
                     WriteMode::Fenced(fence),
                 );
+                if started.at.is_some() {
+                    let outcome = match stored {
+                        Ok(true) => "stored",
+                        _ => "not_stored",
+                    };
+                    self.trace_finished(leader.key(), outcome, &started);
+                }
                 leader.finish(Ok(value)).map_err(|e| self.flight_error(e))
             }
             Err(error) => {
@@ -438,6 +469,9 @@ where
                 );
                 let until = cached_until.unwrap_or(now);
                 let _ = self.settle_write(hash, first, until, 1, now, WriteMode::Fenced(fence));
+                if started.at.is_some() {
+                    self.trace_finished(leader.key(), "failed", &started);
+                }
                 let _ = leader.finish(Err(Arc::clone(&erased)));
                 Err(erased_to_fetch_error(erased))
             }
@@ -472,6 +506,10 @@ where
         let fence = self.shard(hash).fence(hash);
         match self.inner.group.join(key).now_or_never() {
             Some(Joined::Leader(leader)) => {
+                let fence = Started::lead(fence);
+                if fence.at.is_some() {
+                    self.trace_refresh(leader.key(), false);
+                }
                 self.inner.fills.refreshes.incr();
                 self.inner.fills.fills.incr();
                 let fut = fill();
@@ -511,6 +549,10 @@ where
                     if let Some(value) = stored {
                         let _ = leader.finish(Ok(value));
                         return;
+                    }
+                    let fence = Started::lead(fence);
+                    if fence.at.is_some() {
+                        cache.trace_refresh(leader.key(), true);
                     }
                     cache.inner.fills.refreshes.incr();
                     cache.inner.fills.fills.incr();
@@ -554,8 +596,57 @@ fn erased_to_fetch_error<E: Send + Sync + 'static>(erased: ErasedError) -> Fetch
     if (*erased).is::<FillTimeout>() {
         return FetchError::FillTimedOut;
     }
+    if (*erased).is::<crate::bulk::MissingFromBatch>() {
+        return FetchError::MissingFromBatch;
+    }
     match erased.downcast::<E>() {
         Ok(e) => FetchError::Failed(e),
         Err(_) => FetchError::ErrorTypeMismatch,
+    }
+}
+
+/// The events of `observe.rs`, out of line: only fills that are traced or timed reach them.
+impl<K, V> Cache<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn trace_lead(&self, key: &K) {
+        tracing::debug!(
+            target: "ttl_lru",
+            cache = self.inner.name.as_deref(),
+            key = crate::observe::key(self.inner.key_label, key),
+            "leads the fill"
+        );
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn trace_refresh(&self, key: &K, follows: bool) {
+        tracing::debug!(
+            target: "ttl_lru",
+            cache = self.inner.name.as_deref(),
+            key = crate::observe::key(self.inner.key_label, key),
+            follows,
+            "refresh started"
+        );
+    }
+
+    /// The `fill finished` event, and the fill-duration histogram with the `metrics` feature.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn trace_finished(&self, key: &K, outcome: &'static str, started: &Started) {
+        #[cfg(feature = "metrics")]
+        self.inner.metrics.record_fill(started, outcome);
+        tracing::debug!(
+            target: "ttl_lru",
+            cache = self.inner.name.as_deref(),
+            key = crate::observe::key(self.inner.key_label, key),
+            outcome,
+            elapsed_ms = started.elapsed_ms(),
+            "fill finished"
+        );
     }
 }

@@ -8,6 +8,12 @@
 //! lock (old values, victims) is dropped after it is released. `tests/loom.rs` checks these
 //! transitions.
 
+mod idle;
+mod notify;
+mod snapshot;
+
+pub(crate) use snapshot::Unwritten;
+
 use std::any::Any;
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -16,6 +22,7 @@ use std::sync::Arc;
 use crate::admission::FrequencySketch;
 use crate::budget::Budget;
 use crate::error::InsertError;
+use crate::listener::{Listener, RemovalCause};
 use crate::shard_lock::{ShardLock, WriteGuard};
 use crate::stats::{CachePadded, ShardCounters};
 use crate::sync::{AtomicU64, Ordering};
@@ -162,6 +169,12 @@ pub(crate) struct Shard<K, V> {
     /// back.
     budget: Budget,
     sketch: Option<FrequencySketch>,
+    /// The cache's eviction listener, if any (`shard/notify.rs`).
+    listener: Option<Arc<Listener<K, V>>>,
+    /// Time-to-idle in coarse milliseconds, `u64::MAX` for none (`shard/idle.rs`).
+    idle_ms: u64,
+    /// `min(recency_ms, idle_ms)`: a hit on a stamp younger than this does nothing more.
+    hit_gate_ms: u64,
 }
 
 impl<K: Eq + Hash, V: Clone> Shard<K, V> {
@@ -193,6 +206,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             tally,
             budget,
             sketch: admission.then(|| FrequencySketch::new(share)),
+            listener: None,
+            idle_ms: u64::MAX,
+            hit_gate_ms: recency_ms.max(1),
         }
     }
 
@@ -223,8 +239,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let me = t.me();
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
-            if now < s.expires_at {
-                s.touch(now, self.recency_ms);
+            if s.hit(now, self.hit_gate_ms, self.idle_ms, self.recency_ms) {
                 self.tally.record_as(me, Event::Fresh);
                 return Some(s.value.clone());
             }
@@ -245,7 +260,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let me = t.me();
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
-            if now < s.usable_until(swr_ms) {
+            if now < s.usable_until(swr_ms) && s.idle_ok(now, self.idle_ms) {
+                let expires_at = s.deadline(self.idle_ms);
                 s.touch(now, self.recency_ms);
                 let stale = now >= s.expires_at;
                 if stale {
@@ -255,7 +271,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 }
                 return Some(Snapshot {
                     value: s.value.clone(),
-                    expires_at: s.expires_at,
+                    expires_at,
                     stale,
                 });
             }
@@ -273,7 +289,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     {
         let t = self.table.read();
         let s = t.slot(t.find_value(hash, q)?);
-        (now < s.expires_at).then(|| s.value.clone())
+        (now < s.expires_at && s.idle_ok(now, self.idle_ms)).then(|| s.value.clone())
     }
 
     /// Whether a fresh value is stored (no recency update, no counters).
@@ -284,7 +300,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     {
         let t = self.table.read();
         t.find_value(hash, q)
-            .is_some_and(|i| now < t.slot(i).expires_at)
+            .is_some_and(|i| now < t.slot(i).expires_at && t.slot(i).idle_ok(now, self.idle_ms))
     }
 
     /// The read-through lookup: fresh, stale (claiming the refresh if it is open), cached error, or miss.
@@ -299,12 +315,14 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         match t.find(hash, q) {
             Some(At::Value(i)) => {
                 let s = t.slot(i);
-                if now < s.expires_at {
+                // An entry idle past its time-to-idle is gone, not stale.
+                let idle_ok = s.idle_ok(now, self.idle_ms);
+                if now < s.expires_at && idle_ok {
                     s.touch(now, self.recency_ms);
                     self.tally.record_as(me, Event::Fresh);
                     return Probe::Fresh(s.value.clone());
                 }
-                if now < s.usable_until(swr_ms) {
+                if now < s.usable_until(swr_ms) && idle_ok {
                     s.touch(now, self.recency_ms);
                     self.tally.record_as(me, Event::Stale);
                     return Probe::Stale {
@@ -339,6 +357,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             let s = t.slot(i);
             now >= s.expires_at
                 && now < s.usable_until(swr_ms)
+                && s.idle_ok(now, self.idle_ms)
                 && t.gate(i).is_some_and(|g| claim_gate(g, now))
         })
     }
@@ -412,14 +431,14 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             let limit = t.capacity;
             let old = self.remove_key_locked(&mut t, hash, &key);
             drop(t);
-            drop(old);
+            self.report(old, RemovalCause::Replaced, now);
             self.counters.rejections.incr();
             return Err(InsertError::TooHeavy { weight, limit });
         }
         if now >= usable_until {
             let old = self.remove_key_locked(&mut t, hash, &key);
             drop(t);
-            drop(old);
+            self.report(old, RemovalCause::Replaced, now);
             return Ok(Write::Done(WriteOutcome::Expired));
         }
         let (old, stored) = match (t.find(hash, &key), stored) {
@@ -441,7 +460,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 if credit < need {
                     self.budget.give(credit);
                     drop(t);
-                    drop(evicted);
+                    self.report_evicted(evicted, now);
                     return Ok(Write::NoRoom {
                         key,
                         stored: Stored::Value(value),
@@ -454,7 +473,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 };
                 let old = t.replace_value(i, Slot::new(key, value, expires_at, now), weight);
                 drop(t);
-                drop((old, evicted));
+                self.report_evicted(evicted, now);
+                self.report(Some(Removed::Value(old)), RemovalCause::Replaced, now);
                 self.tally.record(Event::Insert);
                 return Ok(Write::Done(WriteOutcome::Stored));
             }
@@ -483,7 +503,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 if credit < need {
                     self.budget.give(credit);
                     drop(t);
-                    drop(evicted);
+                    self.report_evicted(evicted, now);
                     return Ok(Write::NoRoom {
                         key,
                         stored,
@@ -515,7 +535,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 self.budget.give(credit + victim_weight - weight);
                 drop(t);
                 self.count_removal(&victim, now);
-                drop((victim, evicted));
+                self.report_evicted(evicted, now);
+                self.report(Some(victim), RemovalCause::Size, now);
                 self.tally.record(Event::Insert);
                 return Ok(Write::Done(WriteOutcome::Stored));
             }
@@ -533,7 +554,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             Stored::Error(error) => t.push_error(ErrorSlot::new(key, error, hash, expires_at, now)),
         }
         drop(t);
-        drop((old, evicted));
+        self.report_evicted(evicted, now);
+        self.report(old, RemovalCause::Replaced, now);
         self.tally.record(Event::Insert);
         Ok(Write::Done(WriteOutcome::Stored))
     }
@@ -596,7 +618,18 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     }
 
     /// Removes `q`'s entry and fences fills of its key that started earlier.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn remove<Q>(&self, hash: u64, q: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        self.remove_as(hash, q, RemovalCause::Removed, 0)
+    }
+
+    /// [`remove`](Self::remove), telling the eviction listener `cause` (with a copy of the
+    /// value, which is also returned).
+    pub(crate) fn remove_as<Q>(&self, hash: u64, q: &Q, cause: RemovalCause, now: u64) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -605,7 +638,12 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         self.bump_fence(&mut t, hash);
         let removed = self.remove_key_locked(&mut t, hash, q);
         drop(t);
-        removed?.into_value()
+        let value = match &removed {
+            Some(Removed::Value(slot)) if self.listener.is_some() => Some(slot.value.clone()),
+            _ => return removed?.into_value(),
+        };
+        self.report(removed, cause, now);
+        value
     }
 
     /// Removes everything and fences every fill that started earlier. Returns the number removed.
@@ -619,7 +657,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let (slots, errors) = t.take_all();
         self.budget.give(weight);
         drop(t);
-        slots.len() + errors.len()
+        let n = slots.len() + errors.len();
+        self.report_all(slots, RemovalCause::Cleared, 0);
+        n
     }
 
     /// Removes every entry past its TTL and stale window. O(entries in this shard).
@@ -629,8 +669,15 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let removed = t.remove_dead(now, swr_ms);
         self.budget.give(before - t.weight);
         drop(t);
-        self.tally.add(Event::Expiration, removed.len() as u64);
-        removed.len()
+        let idle = self.purge_idle(now);
+        let n = removed.len() + idle.len();
+        self.tally.add(Event::Expiration, n as u64);
+        let values = removed.into_iter().filter_map(|r| match r {
+            Removed::Value(slot) => Some(slot),
+            Removed::Error(_) => None,
+        });
+        self.report_all(values.chain(idle), RemovalCause::Expired, now);
+        n
     }
 
     /// Sets the most one entry may weigh (the cache's capacity).
@@ -656,7 +703,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             }
         }
         drop(t);
-        evicted.len()
+        let n = evicted.len();
+        self.report_evicted(evicted, now);
+        n
     }
 
     /// Evicts entries worth at least `short` units of weight (fewer if the shard runs out),
@@ -676,7 +725,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         }
         self.budget.give(freed);
         drop(t);
-        drop(evicted);
+        self.report_evicted(evicted, now);
         freed
     }
 
@@ -695,7 +744,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         }
         self.budget.give(before - t.weight);
         drop(t);
-        evicted.len()
+        let n = evicted.len();
+        self.report_evicted(evicted, now);
+        n
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -99,6 +99,9 @@ pub struct Stats {
     pub weight: u64,
     /// Configured capacity (entries, or weight with a weigher).
     pub capacity: u64,
+    /// Calls of the eviction listener that panicked (each caught; the other events of its
+    /// batch were still delivered).
+    pub listener_panics: u64,
 }
 
 impl Stats {

@@ -19,6 +19,8 @@
 //! moves one entry, whose index entry is found by hash and place (one probe, no key comparison);
 //! a new key's value evicting at capacity takes its victim's place and moves nothing.
 
+mod view;
+
 use std::borrow::Borrow;
 use std::hash::Hash;
 

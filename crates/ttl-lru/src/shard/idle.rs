@@ -1,0 +1,66 @@
+//! Time-to-idle in a shard: the setting and the purge of idle entries. The checks themselves
+//! sit in the read paths of `shard.rs` (`Slot::idle_ok`: the recency stamp a hit already reads
+//! for eviction, compared with `now`, so a hit gains no write and no clock read).
+
+use std::hash::Hash;
+
+use super::Shard;
+use crate::table::Slot;
+
+impl<K: Eq + Hash, V: Clone> Shard<K, V> {
+    /// Sets the time-to-idle (coarse milliseconds; `u64::MAX` for none), at build time.
+    pub(crate) fn with_idle(mut self, idle_ms: u64) -> Self {
+        self.idle_ms = idle_ms;
+        self.hit_gate_ms = self.recency_ms.min(idle_ms);
+        self
+    }
+
+    /// Removes the values idle past the time-to-idle (none without one), giving back their
+    /// weight. The entries are returned to be reported or dropped after the lock is released.
+    pub(super) fn purge_idle(&self, now: u64) -> Vec<Slot<K, V>> {
+        if self.idle_ms == u64::MAX {
+            return Vec::new();
+        }
+        let mut t = self.table.write();
+        let before = t.weight;
+        let removed = t.remove_idle(now, self.idle_ms);
+        self.budget.give(before - t.weight);
+        removed
+    }
+}
+
+/// A hit with a time-to-idle writes no more than a hit without one: only its own thread's line
+/// and, at most once per recency resolution, the entry's recency stamp (`cache.rs` checks the
+/// same without a time-to-idle).
+#[cfg(all(test, not(herd_loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use crate::atomic::writes_during;
+    use crate::{Cache, ManualClock};
+
+    #[test]
+    fn an_idle_checked_hit_writes_only_its_own_threads_line() {
+        let clock = ManualClock::new();
+        let c: Cache<u64, u64> = Cache::builder(1000)
+            .shards(1)
+            .clock(clock.clone())
+            .time_to_idle(Duration::from_secs(10))
+            .build();
+        for k in 0..100 {
+            c.insert(k, k, Duration::MAX).unwrap();
+            c.get(&k);
+        }
+        let me = c.inner.tally.mine().expect("this thread has a stripe");
+        let at = std::ptr::from_ref(me) as usize;
+        let own = at..at + std::mem::size_of_val(me);
+        let ((), writes) = writes_during(|| {
+            for k in 0..100 {
+                assert_eq!(c.get(&k), Some(k));
+            }
+        });
+        assert!(writes.len() >= 200, "{} writes logged", writes.len());
+        let shared: Vec<_> = writes.iter().filter(|a| !own.contains(a)).collect();
+        assert_eq!(shared, Vec::<&usize>::new());
+    }
+}

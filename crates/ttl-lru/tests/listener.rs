@@ -1,0 +1,128 @@
+//! The eviction listener: every cause, delivery outside the shard lock, and panics caught,
+//! counted, and not losing the batch's other events.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ttl_lru::{Cache, CacheBuilder, ManualClock, RemovalCause};
+
+type Log = Arc<Mutex<Vec<(u64, u64, RemovalCause)>>>;
+
+fn logged(builder: CacheBuilder<u64, u64>) -> (Cache<u64, u64>, Log) {
+    let log: Log = Arc::default();
+    let sink = Arc::clone(&log);
+    let c = builder
+        .eviction_listener(move |k, v, cause| sink.lock().unwrap().push((k, v, cause)))
+        .build();
+    (c, log)
+}
+
+fn take(log: &Log) -> Vec<(u64, u64, RemovalCause)> {
+    let mut events = std::mem::take(&mut *log.lock().unwrap());
+    events.sort_unstable_by_key(|e| (e.0, e.1));
+    events
+}
+
+#[test]
+fn each_cause_is_reported_with_key_and_value() {
+    use RemovalCause::*;
+    let clock = ManualClock::new();
+    let (c, log) = logged(Cache::builder(3).shards(1).clock(clock.clone()));
+    c.insert(1, 10, Duration::MAX).unwrap();
+    c.insert(1, 11, Duration::MAX).unwrap();
+    assert_eq!(take(&log), vec![(1, 10, Replaced)]);
+    assert_eq!(c.remove(&1), Some(11));
+    assert_eq!(take(&log), vec![(1, 11, Removed)]);
+    c.insert(2, 20, Duration::MAX).unwrap();
+    c.invalidate(&2);
+    assert_eq!(take(&log), vec![(2, 20, Invalidated)]);
+    c.insert(3, 30, Duration::MAX).unwrap();
+    assert_eq!(c.invalidate_if(|k, _| *k == 3), 1);
+    assert_eq!(take(&log), vec![(3, 30, Invalidated)]);
+    // Capacity 3: the fourth key evicts one (the least recently used).
+    for k in 4..=6 {
+        c.insert(k, k * 10, Duration::MAX).unwrap();
+        clock.advance(Duration::from_millis(5));
+    }
+    c.insert(7, 70, Duration::MAX).unwrap();
+    assert_eq!(take(&log), vec![(4, 40, Size)]);
+    // An expired victim is reported as expired.
+    c.insert(8, 80, Duration::from_millis(1)).unwrap();
+    assert_eq!(take(&log).len(), 1, "8 evicted a live entry");
+    clock.advance(Duration::from_millis(2));
+    c.insert(9, 90, Duration::MAX).unwrap();
+    assert_eq!(take(&log), vec![(8, 80, Expired)]);
+    c.insert(10, 100, Duration::from_millis(1)).unwrap();
+    take(&log);
+    clock.advance(Duration::from_millis(2));
+    assert_eq!(c.purge_expired(), 1);
+    assert_eq!(take(&log), vec![(10, 100, Expired)]);
+    let left = c.len();
+    assert_eq!(c.clear(), left);
+    let cleared = take(&log);
+    assert_eq!(cleared.len(), left);
+    assert!(cleared.iter().all(|e| e.2 == Cleared));
+    c.insert(11, 110, Duration::MAX).unwrap();
+    c.set_capacity(0);
+    assert_eq!(take(&log), vec![(11, 110, Size)]);
+}
+
+#[test]
+fn a_write_that_stores_nothing_reports_the_value_it_removed() {
+    let (c, log) = logged(Cache::builder(10).weigher(|_, v: &u64| *v).shards(1));
+    c.insert(1, 5, Duration::MAX).unwrap();
+    assert!(c.insert(1, 50, Duration::MAX).is_err(), "too heavy");
+    assert_eq!(take(&log), vec![(1, 5, RemovalCause::Replaced)]);
+}
+
+#[test]
+fn the_listener_runs_without_a_shard_lock() {
+    let cell: Arc<Mutex<Option<Cache<u64, u64>>>> = Arc::default();
+    let inner = Arc::clone(&cell);
+    let c: Cache<u64, u64> = Cache::builder(10)
+        .shards(1)
+        .eviction_listener(move |k, v, _| {
+            // Reads and writes the same shard: deadlocks if its lock were held.
+            let c = inner.lock().unwrap().clone().unwrap();
+            let _ = c.get(&k);
+            if k < 100 {
+                c.insert(k + 100, v, Duration::MAX).unwrap();
+            }
+        })
+        .build();
+    *cell.lock().unwrap() = Some(c.clone());
+    c.insert(1, 1, Duration::MAX).unwrap();
+    c.insert(1, 2, Duration::MAX).unwrap(); // replaced: the listener writes 101
+    assert_eq!(c.remove(&1), Some(2)); // removed: it writes 101 again
+    assert_eq!(c.get(&101), Some(2), "the listener's own writes landed");
+    *cell.lock().unwrap() = None;
+}
+
+#[test]
+fn a_panicking_listener_is_counted_and_loses_no_other_event() {
+    let log: Log = Arc::default();
+    let sink = Arc::clone(&log);
+    let c: Cache<u64, u64> = Cache::builder(100)
+        .shards(1)
+        .eviction_listener(move |k, v, cause| {
+            sink.lock().unwrap().push((k, v, cause));
+            assert!(k % 2 == 1, "listener panics on even keys");
+        })
+        .build();
+    for k in 0..10 {
+        c.insert(k, k, Duration::MAX).unwrap();
+    }
+    assert_eq!(c.clear(), 10, "clear completes");
+    assert_eq!(take(&log).len(), 10, "every event of the batch delivered");
+    assert_eq!(c.stats().listener_panics, 5);
+    c.insert(1, 1, Duration::MAX).unwrap();
+    assert_eq!(c.get(&1), Some(1), "the cache still works");
+}
+
+#[test]
+fn without_a_listener_removal_returns_the_value() {
+    let c: Cache<u64, u64> = Cache::new(10);
+    c.insert(1, 1, Duration::MAX).unwrap();
+    assert_eq!(c.remove(&1), Some(1));
+    assert_eq!(c.stats().listener_panics, 0);
+}
