@@ -84,6 +84,7 @@
 //! Edge cases: capacity 0 stores nothing (inserts fail with [`InsertError::TooHeavy`], read-through
 //! still coalesces and returns values); a TTL of 0 stores nothing unless a stale window is set.
 
+mod adaptive;
 mod admission;
 mod atomic;
 mod budget;
