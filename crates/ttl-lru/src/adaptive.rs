@@ -107,10 +107,9 @@ impl Ghosts {
 #[derive(Debug)]
 pub(crate) struct HitBuffer {
     len: AtomicU64,
-    /// Hits on window and main entries since the last drain (counted even when the hash is
-    /// dropped: the density guard sees every hit).
-    window_hits: AtomicU64,
-    main_hits: AtomicU64,
+    /// Hits on main (`[0]`) and window (`[1]`) entries since the last drain (counted even when
+    /// the hash is dropped: the density guard sees every hit).
+    hits: [AtomicU64; 2],
     hashes: [AtomicU64; HIT_BUFFER],
 }
 
@@ -118,8 +117,7 @@ impl HitBuffer {
     fn new() -> Self {
         Self {
             len: AtomicU64::new(0),
-            window_hits: AtomicU64::new(0),
-            main_hits: AtomicU64::new(0),
+            hits: [AtomicU64::new(0), AtomicU64::new(0)],
             hashes: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
@@ -127,11 +125,7 @@ impl HitBuffer {
     /// Buffers a hit on an entry of the window (`window`) or main.
     #[inline]
     pub(crate) fn push(&self, hash: u64, window: bool) {
-        let count = if window {
-            &self.window_hits
-        } else {
-            &self.main_hits
-        };
+        let count = &self.hits[usize::from(window)];
         count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         let len = self.len.load(Ordering::Relaxed) as usize;
         if len < HIT_BUFFER {
@@ -146,9 +140,9 @@ impl HitBuffer {
         for h in &self.hashes[..len.min(HIT_BUFFER)] {
             state.sketch.record(h.load(Ordering::Relaxed), None);
         }
-        let (w, m) = (
-            self.window_hits.load(Ordering::Relaxed),
-            self.main_hits.load(Ordering::Relaxed),
+        let (m, w) = (
+            self.hits[0].load(Ordering::Relaxed),
+            self.hits[1].load(Ordering::Relaxed),
         );
         state.window_hits += w;
         state.main_hits += m;
@@ -157,10 +151,10 @@ impl HitBuffer {
             self.len.store(0, Ordering::Relaxed);
         }
         if w > 0 {
-            self.window_hits.store(0, Ordering::Relaxed);
+            self.hits[1].store(0, Ordering::Relaxed);
         }
         if m > 0 {
-            self.main_hits.store(0, Ordering::Relaxed);
+            self.hits[0].store(0, Ordering::Relaxed);
         }
     }
 }

@@ -165,6 +165,8 @@ pub(crate) struct Shard<K, V> {
     sketch: Option<FrequencySketch>,
     /// The adaptive policy's per-thread hit buffers (`adaptive.rs`); `None` for the others.
     hit_buffers: Option<HitBuffers>,
+    /// `sketch` or `hit_buffers` is set: lookups take the hooked copy of the hit path.
+    hooked: bool,
 }
 
 impl<K: Eq + Hash, V: Clone> Shard<K, V> {
@@ -199,24 +201,25 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             tally,
             budget,
             sketch: (admission == Admission::TinyLfu).then(|| FrequencySketch::new(share)),
+            hooked: admission != Admission::Always,
             hit_buffers,
         }
     }
 
     /// Records a hit on `s` in its recency stamp (and, with the adaptive policy, its flags and
     /// this thread's hit buffer).
-    #[inline]
-    fn touch(&self, s: &Slot<K, V>, me: Option<&Stripe>, hash: u64, now: u64) {
+    #[inline(always)]
+    fn touch<const HOOKED: bool>(&self, s: &Slot<K, V>, me: Option<&Stripe>, hash: u64, now: u64) {
         match &self.hit_buffers {
-            None => s.touch(now, self.recency_ms),
-            Some(buffers) => self.touch_adaptive(buffers, s, me, hash, now),
+            Some(buffers) if HOOKED => self.touch_adaptive(buffers, s, me, hash, now),
+            _ => s.touch(now, self.recency_ms),
         }
     }
 
     /// The adaptive policy's hit: the entry's own stamp word, and this thread's hit buffer
     /// for the shard (a thread without a stripe of its own buffers nothing: the overflow
     /// stripe's buffer would be shared).
-    #[inline(never)]
+    #[inline]
     fn touch_adaptive(
         &self,
         buffers: &HitBuffers,
@@ -253,13 +256,31 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        self.record_access(hash);
+        if self.hooked {
+            self.get_in::<true, Q>(hash, q, now)
+        } else {
+            self.get_in::<false, Q>(hash, q, now)
+        }
+    }
+
+    /// [`get`](Self::get), monomorphised per policy kind: `HOOKED` for a policy that
+    /// records lookups or hits (TinyLFU, adaptive), so the default's hit path carries none of
+    /// their code (one flag test in all).
+    #[inline(always)]
+    fn get_in<const HOOKED: bool, Q>(&self, hash: u64, q: &Q, now: u64) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        if HOOKED {
+            self.record_access(hash);
+        }
         let t = self.table.read();
         let me = t.me();
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
             if now < s.expires_at {
-                self.touch(s, me, hash, now);
+                self.touch::<HOOKED>(s, me, hash, now);
                 self.tally.record_as(me, Event::Fresh);
                 return Some(s.value.clone());
             }
@@ -275,13 +296,37 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        self.record_access(hash);
+        if self.hooked {
+            self.lookup_in::<true, Q>(hash, q, now, swr_ms)
+        } else {
+            self.lookup_in::<false, Q>(hash, q, now, swr_ms)
+        }
+    }
+
+    /// [`lookup`](Self::lookup), monomorphised per policy kind: `HOOKED` for a policy that
+    /// records lookups or hits (TinyLFU, adaptive), so the default's hit path carries none of
+    /// their code (one flag test in all).
+    #[inline(always)]
+    fn lookup_in<const HOOKED: bool, Q>(
+        &self,
+        hash: u64,
+        q: &Q,
+        now: u64,
+        swr_ms: u64,
+    ) -> Option<Snapshot<V>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        if HOOKED {
+            self.record_access(hash);
+        }
         let t = self.table.read();
         let me = t.me();
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
             if now < s.usable_until(swr_ms) {
-                self.touch(s, me, hash, now);
+                self.touch::<HOOKED>(s, me, hash, now);
                 let stale = now >= s.expires_at;
                 if stale {
                     self.tally.record_as(me, Event::Stale);
@@ -328,19 +373,37 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        self.record_access(hash);
+        if self.hooked {
+            self.probe_in::<true, Q>(hash, q, now, swr_ms)
+        } else {
+            self.probe_in::<false, Q>(hash, q, now, swr_ms)
+        }
+    }
+
+    /// [`probe`](Self::probe), monomorphised per policy kind: `HOOKED` for a policy that
+    /// records lookups or hits (TinyLFU, adaptive), so the default's hit path carries none of
+    /// their code (one flag test in all).
+    #[inline(always)]
+    fn probe_in<const HOOKED: bool, Q>(&self, hash: u64, q: &Q, now: u64, swr_ms: u64) -> Probe<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        if HOOKED {
+            self.record_access(hash);
+        }
         let t = self.table.read();
         let me = t.me();
         match t.find(hash, q) {
             Some(At::Value(i)) => {
                 let s = t.slot(i);
                 if now < s.expires_at {
-                    self.touch(s, me, hash, now);
+                    self.touch::<HOOKED>(s, me, hash, now);
                     self.tally.record_as(me, Event::Fresh);
                     return Probe::Fresh(s.value.clone());
                 }
                 if now < s.usable_until(swr_ms) {
-                    self.touch(s, me, hash, now);
+                    self.touch::<HOOKED>(s, me, hash, now);
                     self.tally.record_as(me, Event::Stale);
                     return Probe::Stale {
                         value: s.value.clone(),

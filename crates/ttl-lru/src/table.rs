@@ -84,21 +84,29 @@ impl<K, V> Slot<K, V> {
     #[inline]
     pub(crate) fn touch_flagged(&self, now: u64, every_ms: u64) -> bool {
         let w = self.last_access.load(Ordering::Relaxed);
-        let window = w & WINDOW != 0;
+        // One test for the common hit (a window entry or a protected main one, stamped
+        // within the resolution): no flags to change, no store.
+        if w & FLAGS == 0 || now.saturating_sub(w & STAMP) >= every_ms {
+            self.restamp(w, now, every_ms);
+        }
+        w & WINDOW != 0
+    }
+
+    /// The rest of [`touch_flagged`](Self::touch_flagged): a new stamp if the old one is a
+    /// resolution old, protection for a main entry's first hit.
+    #[inline(never)]
+    fn restamp(&self, w: u64, now: u64, every_ms: u64) {
         let mut new = w;
         if now.saturating_sub(w & STAMP) >= every_ms {
             new = now | (w & FLAGS);
         }
-        if !window {
+        if w & WINDOW == 0 {
             new |= PROTECTED;
         }
-        if new != w {
-            // Under the read lock: a racing hit may store its own stamp over this one (one of
-            // the two protections survives, the other hit's flag is lost: only a missed
-            // promotion). Flags change otherwise only under the write lock.
-            self.last_access.store(new, Ordering::Relaxed);
-        }
-        window
+        // Under the read lock: a racing hit may store its own stamp over this one (one of the
+        // two protections survives, the other hit's flag is lost: only a missed promotion).
+        // Flags change otherwise only under the write lock.
+        self.last_access.store(new, Ordering::Relaxed);
     }
 
     /// The stamp word's flags (adaptive policy).
