@@ -14,6 +14,23 @@
 //! entry's own stamp word, once) and appends the key's hash to its thread's [`HitBuffer`] for
 //! the shard (dropped when the 32 places are full); the thread drains its buffer into the
 //! sketch at its next insert into the shard, under the write lock it takes anyway.
+//!
+//! Where the store departs from the lab's model (none moved a hit-ratio cell by more than
+//! 0.15 point, `hitratio --only adaptive`, one shard against the model):
+//! - a miss is recorded (sketch, ghosts, request count) by the insert of the new key, not by
+//!   the lookup that missed: a miss nobody fills changes nothing, and a plain insert counts;
+//! - hits are buffered per (thread, shard), so a drain records only hashes of its own shard;
+//!   a thread without a tally stripe of its own buffers nothing (its hits still count as
+//!   recency, and in the entry's flags);
+//! - an expired sample is evicted at once, leaving no ghost, and the newcomer enters the window
+//!   only while the window is below its target (as while filling);
+//! - the window's target and the guard count entries of the shard's capacity share; weights are
+//!   ignored by the policy (they still bound the shard through the budget);
+//! - evictions without a newcomer (a capacity shrink, room for another shard's write) take
+//!   main's best candidate below the target and duel as usual at it, never refusing.
+//!
+//! Cost: callgrind, `hitprobe <store> 8000 200000 get` less the same with 0 gets, per get:
+//! 164 instructions for the default policy, 188 adaptive, 411 TinyLFU.
 
 use crate::pool::EvictionPool;
 use crate::stats::CachePadded;
