@@ -620,8 +620,8 @@ pub struct TtlLruConfig {
     pub samples: usize,
     /// Keep the Redis-style candidate pool across evictions.
     pub pool: bool,
-    /// Use the TinyLFU admission filter.
-    pub admission: bool,
+    /// The admission policy (TinyLFU, the adaptive window, or none).
+    pub admission: ttl_lru::Admission,
     /// Number of shards (each evicts within its own share of the capacity).
     pub shards: usize,
 }
@@ -638,11 +638,7 @@ impl TtlLru {
     /// A cache of `capacity` entries configured by `config`, seeded for reproducibility.
     pub fn new(capacity: usize, config: TtlLruConfig) -> Self {
         let clock = ttl_lru::ManualClock::new();
-        let admission = if config.admission {
-            ttl_lru::Admission::TinyLfu
-        } else {
-            ttl_lru::Admission::Always
-        };
+        let admission = config.admission;
         let cache = ttl_lru::Cache::builder(capacity as u64)
             .samples(config.samples)
             .eviction_pool(config.pool)

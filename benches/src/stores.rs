@@ -69,6 +69,15 @@ impl TtlLruStore {
                 .build(),
         )
     }
+    /// The defaults with another admission policy (`hitprobe ttl-lru-tinylfu`,
+    /// `hitprobe ttl-lru-adaptive`).
+    pub fn with_admission(capacity: usize, admission: ttl_lru::Admission) -> Self {
+        Self(
+            ttl_lru::Cache::builder(capacity as u64)
+                .admission(admission)
+                .build(),
+        )
+    }
 }
 
 impl Store for TtlLruStore {

@@ -7,7 +7,7 @@
 //! is the small, single-store program to put under `perf record`, `valgrind --tool=cachegrind`
 //! or a loop of interleaved runs when comparing two builds of one store (docs/benchmarks.md).
 //!
-//! `cargo run --release -p benches --bin hitprobe -- <ttl-lru|quick_cache|floor> [entries] [ops] [get|insert]`
+//! `cargo run --release -p benches --bin hitprobe -- <ttl-lru|ttl-lru-tinylfu|ttl-lru-adaptive|quick_cache|floor> [entries] [ops] [get|insert]`
 //!
 //! `ttl-lru:SAMPLES:POOL` builds ttl-lru with other eviction settings (`ttl-lru:5:0`: 5 samples,
 //! no candidate pool), to measure what the defaults cost on inserts at capacity.
@@ -36,6 +36,14 @@ fn main() {
     };
     let store: Box<dyn Store> = match args.first().map(String::as_str) {
         Some("ttl-lru") => Box::new(TtlLruStore::new(entries)),
+        Some("ttl-lru-tinylfu") => Box::new(TtlLruStore::with_admission(
+            entries,
+            ttl_lru::Admission::TinyLfu,
+        )),
+        Some("ttl-lru-adaptive") => Box::new(TtlLruStore::with_admission(
+            entries,
+            ttl_lru::Admission::Adaptive,
+        )),
         Some(spec) if spec.starts_with("ttl-lru:") => {
             let mut parts = spec["ttl-lru:".len()..].split(':').map(str::parse::<usize>);
             match (parts.next(), parts.next(), parts.next()) {
@@ -82,7 +90,7 @@ fn main() {
 fn usage(problem: &str) {
     eprintln!("hitprobe: {problem}");
     eprintln!(
-        "usage: hitprobe <ttl-lru|ttl-lru:SAMPLES:POOL|quick_cache|floor> [entries=100000] [ops=2000000] [get|insert]"
+        "usage: hitprobe <ttl-lru|ttl-lru-tinylfu|ttl-lru-adaptive|ttl-lru:SAMPLES:POOL|quick_cache|floor> [entries=100000] [ops=2000000] [get|insert]"
     );
     std::process::exit(2);
 }

@@ -7,12 +7,13 @@
 //!
 //! `cargo run --release -p benches --bin hitratio -- [--trace NAME]... [--quick] [--no-peers]
 //! [--no-model] [--precision N] [--only SUBSTR] [--trace-dir DIR]` where NAME is one of OLTP, P2,
-//! P3, P6, P12, zipf0.8, zipf1.0, zipf1.2, scan, shift, loop, and `--only` keeps exact LRU plus
+//! P3, P6, P12, zipf0.8, zipf1.0, zipf1.2, scan, shift, loop, and `--only` (alternatives separated by `|`) keeps exact LRU, the best-peer column's peers plus
 //! the rows whose name contains SUBSTR.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
+use benches::adaptive::{Adaptive, Config as AdaptiveConfig};
 use benches::policy::{
     Arc, Belady, ExactLru, MokaSync, PingoraMemory, Policy, QuickCache, SampledLru, SimResult,
     TtlLru, TtlLruConfig, simulate,
@@ -20,6 +21,7 @@ use benches::policy::{
 use benches::trace::{ARC_TRACES, ArcTrace, TRACE_DIR_ENV, trace_dirs};
 use benches::workload::{looping, shifting_zipf, zipf_with_scan};
 use benches::zipf::Zipf;
+use ttl_lru::Admission;
 
 /// The published exact-LRU figures (ARC paper, Table IV and the P-trace table).
 const PUBLISHED: &[(&str, usize, f64)] = &[
@@ -153,7 +155,7 @@ fn contenders(opts: &Options) -> Vec<Contender> {
             let config = TtlLruConfig {
                 samples: k,
                 pool,
-                admission: false,
+                admission: Admission::Always,
                 shards: 1,
             };
             list.push(ttl_lru_contender(config));
@@ -162,18 +164,33 @@ fn contenders(opts: &Options) -> Vec<Contender> {
     let default = TtlLruConfig {
         samples: ttl_lru::DEFAULT_SAMPLES,
         pool: true,
-        admission: false,
+        admission: Admission::Always,
         shards: 8,
     };
     list.push(ttl_lru_contender(default));
-    list.push(ttl_lru_contender(TtlLruConfig {
-        admission: true,
-        shards: 1,
-        ..default
-    }));
-    list.push(ttl_lru_contender(TtlLruConfig {
-        admission: true,
-        ..default
+    for admission in [Admission::TinyLfu, Admission::Adaptive] {
+        list.push(ttl_lru_contender(TtlLruConfig {
+            admission,
+            shards: 1,
+            ..default
+        }));
+        list.push(ttl_lru_contender(TtlLruConfig {
+            admission,
+            ..default
+        }));
+    }
+    // The lab's model of the adaptive policy as the store runs it (`policylab --cand best`:
+    // hits buffered 32 per miss, protected share estimated from the samples).
+    list.push(contender("lab adaptive (sshare=1, hitbuf=32)", |c| {
+        Box::new(Adaptive::new(
+            c,
+            AdaptiveConfig {
+                hit_buffer: 32,
+                slru_sampled_share: true,
+                ..AdaptiveConfig::recommended()
+            },
+            42,
+        ))
     }));
     if !opts.model {
         return with_peers(list, opts.peers);
@@ -205,8 +222,10 @@ fn ttl_lru_contender(config: TtlLruConfig) -> Contender {
     if config.pool {
         label.push_str(&format!(" + pool {}", ttl_lru::DEFAULT_POOL_SIZE));
     }
-    if config.admission {
-        label.push_str(" + TinyLFU admission");
+    match config.admission {
+        Admission::TinyLfu => label.push_str(" + TinyLFU admission"),
+        Admission::Adaptive => label.push_str(" + adaptive window"),
+        _ => {}
     }
     label.push_str(&format!(
         ", {} shard{}",
@@ -353,11 +372,14 @@ fn main() {
     let opts = parse_args();
     let mut contenders = contenders(&opts);
     if let Some(only) = &opts.only {
-        // Exact LRU stays: every other row is reported against it.
+        // Exact LRU stays (every other row is reported against it), and so do the peers of the
+        // best-peer column; `|` separates alternatives.
         let mut i = 0;
         contenders.retain(|c| {
             i += 1;
-            i == 1 || c.name.contains(only.as_str())
+            i == 1
+                || BEST_OF.contains(&c.name.as_str())
+                || only.split('|').any(|o| c.name.contains(o))
         });
     }
     let mut all_match = true;

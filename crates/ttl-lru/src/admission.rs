@@ -66,6 +66,16 @@ pub enum Admission {
     /// `fetch_add` per 64 lookups of a thread); every `32 x capacity` records one lookup halves
     /// the whole sketch.
     TinyLfu,
+    /// Sampled W-TinyLFU with an adaptive window (`adaptive.rs`, issue 17): every new key
+    /// enters a window; at capacity the oldest sampled window entry duels the oldest sampled
+    /// main entry on their sketch counts (the loser leaves); the window's target size moves
+    /// with returns of recently evicted keys (ghosts) and shrinks when the window earns fewer
+    /// hits per entry than main; main is a sampled SLRU (an entry hit in main is protected).
+    ///
+    /// A hit writes no shared memory: the entry's own recency word (its stamp, at most once per
+    /// resolution, and its protected flag once) and its thread's hit buffer for the shard,
+    /// which the thread's next insert into that shard drains into the sketch under the lock.
+    Adaptive,
 }
 
 /// MurmurHash3's 64-bit finaliser: every input bit affects every output bit.
@@ -94,6 +104,11 @@ pub(crate) struct FrequencySketch {
 impl FrequencySketch {
     /// A sketch sized for about `capacity` distinct hot keys.
     pub(crate) fn new(capacity: u64) -> Self {
+        Self::with_period(capacity, 32)
+    }
+
+    /// A sketch for about `capacity` keys that halves every `period x capacity` records.
+    pub(crate) fn with_period(capacity: u64, period: u64) -> Self {
         // Four counters per row per entry of capacity: with fewer, a cold key too often collides
         // with hot ones in every row and is admitted over a hot victim.
         let width = usize::try_from(capacity.saturating_mul(4).clamp(64, 1 << 26))
@@ -108,7 +123,7 @@ impl FrequencySketch {
             mask: width - 1,
             door_mask: door_bits - 1,
             records: AtomicU64::new(0),
-            sample_size: 32 * capacity.max(16),
+            sample_size: period * capacity.max(16),
         }
     }
 

@@ -277,7 +277,6 @@ where
             None => default_shards(self.capacity),
         };
         let caps = split_capacity(self.capacity, shard_count);
-        let tinylfu = self.admission == Admission::TinyLfu;
         let recency_ms = duration_to_ms(self.recency);
         let tally = Tally::new();
         let budget = Budget::new(self.capacity);
@@ -297,7 +296,7 @@ where
                     cap,
                     self.pool_size,
                     seed,
-                    tinylfu,
+                    self.admission,
                     recency_ms,
                     FromCache {
                         budget: budget.clone(),

@@ -67,7 +67,8 @@
 //!   own thread's line (and a stale recency stamp). With [`Admission::TinyLfu`] a hit also
 //!   records the key in the shard's sketch, which does write shared words; exactly which is
 //!   listed in [`Admission::TinyLfu`]'s docs (since issue 17 no longer a `fetch_add` on every
-//!   hit, one per 64 of a thread's hits).
+//!   hit, one per 64 of a thread's hits). With [`Admission::Adaptive`] a hit writes no shared
+//!   word either: its entry's flags (once) and its thread's own hit buffer for the shard.
 //! - **Time** comes from a [`Clock`]. The default [`CoarseClock`] is a process-wide atomic
 //!   millisecond tick refreshed by one background thread, so a hit reads time with one relaxed
 //!   load instead of `Instant::now()`. Tests inject [`ManualClock`] or [`TokioClock`].
@@ -92,6 +93,7 @@
 //! Edge cases: capacity 0 stores nothing (inserts fail with [`InsertError::TooHeavy`], read-through
 //! still coalesces and returns values); a TTL of 0 stores nothing unless a stale window is set.
 
+mod adaptive;
 mod admission;
 mod atomic;
 mod budget;

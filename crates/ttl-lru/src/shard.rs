@@ -19,15 +19,16 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use crate::admission::FrequencySketch;
+use crate::adaptive::{HitBuffers, State};
+use crate::admission::{Admission, FrequencySketch};
 use crate::budget::Budget;
 use crate::error::InsertError;
 use crate::listener::{Listener, RemovalCause};
 use crate::shard_lock::{ShardLock, WriteGuard};
 use crate::stats::{CachePadded, ShardCounters};
 use crate::sync::{AtomicU64, Ordering};
-use crate::table::{At, Columns, ErrorSlot, MAX_ENTRIES, Removed, Slot, Table};
-use crate::tally::{Event, Tally};
+use crate::table::{At, Columns, ErrorSlot, MAX_ENTRIES, Pick, Removed, Slot, Table};
+use crate::tally::{Event, Stripe, Tally};
 
 /// A fill error as stored for negative caching (downcast to the caller's `E` on the way out).
 pub(crate) type ErasedError = Arc<dyn Any + Send + Sync>;
@@ -175,6 +176,10 @@ pub(crate) struct Shard<K, V> {
     idle_ms: u64,
     /// `min(recency_ms, idle_ms)`: a hit on a stamp younger than this does nothing more.
     hit_gate_ms: u64,
+    /// The adaptive policy's per-thread hit buffers (`adaptive.rs`); `None` for the others.
+    hit_buffers: Option<HitBuffers>,
+    /// `sketch` or `hit_buffers` is set: lookups take the hooked copy of the hit path.
+    hooked: bool,
 }
 
 impl<K: Eq + Hash, V: Clone> Shard<K, V> {
@@ -184,7 +189,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         share: u64,
         pool_size: usize,
         seed: u64,
-        admission: bool,
+        admission: Admission,
         recency_ms: u64,
         shared: FromCache,
     ) -> Self {
@@ -195,20 +200,53 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             hasher,
             tally,
         } = shared;
+        let mut table = Table::new(capacity, share, pool_size, seed, columns, hasher);
+        let adaptive = admission == Admission::Adaptive;
+        if adaptive {
+            table.adaptive = Some(Box::new(State::new(share, pool_size)));
+        }
+        let hit_buffers = adaptive.then(|| HitBuffers::new(tally.len()));
         Self {
-            table: ShardLock::new(
-                Table::new(capacity, share, pool_size, seed, columns, hasher),
-                tally.clone(),
-            ),
+            table: ShardLock::new(table, tally.clone()),
             recency_ms: recency_ms.max(1),
             writes: AtomicU64::new(0),
             counters: CachePadded::default(),
             tally,
             budget,
-            sketch: admission.then(|| FrequencySketch::new(share)),
+            sketch: (admission == Admission::TinyLfu).then(|| FrequencySketch::new(share)),
+            hooked: admission != Admission::Always,
+            hit_buffers,
             listener: None,
             idle_ms: u64::MAX,
             hit_gate_ms: recency_ms.max(1),
+        }
+    }
+
+    /// Records a hit on `s` in its recency stamp (and, with the adaptive policy, its flags and
+    /// this thread's hit buffer).
+    #[inline(always)]
+    fn touch<const HOOKED: bool>(&self, s: &Slot<K, V>, me: Option<&Stripe>, hash: u64, now: u64) {
+        match &self.hit_buffers {
+            Some(buffers) if HOOKED => self.touch_adaptive(buffers, s, me, hash, now),
+            _ => s.touch(now, self.recency_ms),
+        }
+    }
+
+    /// The adaptive policy's hit: the entry's own stamp word, and this thread's hit buffer
+    /// for the shard (a thread without a stripe of its own buffers nothing: the overflow
+    /// stripe's buffer would be shared).
+    #[inline]
+    fn touch_adaptive(
+        &self,
+        buffers: &HitBuffers,
+        s: &Slot<K, V>,
+        me: Option<&Stripe>,
+        hash: u64,
+        now: u64,
+    ) {
+        let window = s.touch_flagged(now, self.recency_ms);
+        if let Some(b) = me.and_then(|m| buffers.get(m.index)) {
+            b.push(hash, window);
         }
     }
 
@@ -234,12 +272,40 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        self.record_access(hash);
+        if self.hooked {
+            self.get_in::<true, Q>(hash, q, now)
+        } else {
+            self.get_in::<false, Q>(hash, q, now)
+        }
+    }
+
+    /// [`get`](Self::get), monomorphised per policy kind: `HOOKED` for a policy that
+    /// records lookups or hits (TinyLFU, adaptive), so the default's hit path carries none of
+    /// their code (one flag test in all).
+    #[inline(always)]
+    fn get_in<const HOOKED: bool, Q>(&self, hash: u64, q: &Q, now: u64) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        if HOOKED {
+            self.record_access(hash);
+        }
         let t = self.table.read();
         let me = t.me();
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
-            if s.hit(now, self.hit_gate_ms, self.idle_ms, self.recency_ms) {
+            // The default's hit checks and touches in one (`Slot::hit`); a hooked policy
+            // touches through its own path (the adaptive policy's flags share the stamp word).
+            let fresh = if HOOKED {
+                now < s.expires_at && s.idle_ok(now, self.idle_ms)
+            } else {
+                s.hit(now, self.hit_gate_ms, self.idle_ms, self.recency_ms)
+            };
+            if fresh {
+                if HOOKED {
+                    self.touch::<HOOKED>(s, me, hash, now);
+                }
                 self.tally.record_as(me, Event::Fresh);
                 return Some(s.value.clone());
             }
@@ -255,14 +321,38 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        self.record_access(hash);
+        if self.hooked {
+            self.lookup_in::<true, Q>(hash, q, now, swr_ms)
+        } else {
+            self.lookup_in::<false, Q>(hash, q, now, swr_ms)
+        }
+    }
+
+    /// [`lookup`](Self::lookup), monomorphised per policy kind: `HOOKED` for a policy that
+    /// records lookups or hits (TinyLFU, adaptive), so the default's hit path carries none of
+    /// their code (one flag test in all).
+    #[inline(always)]
+    fn lookup_in<const HOOKED: bool, Q>(
+        &self,
+        hash: u64,
+        q: &Q,
+        now: u64,
+        swr_ms: u64,
+    ) -> Option<Snapshot<V>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        if HOOKED {
+            self.record_access(hash);
+        }
         let t = self.table.read();
         let me = t.me();
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
             if now < s.usable_until(swr_ms) && s.idle_ok(now, self.idle_ms) {
                 let expires_at = s.deadline(self.idle_ms);
-                s.touch(now, self.recency_ms);
+                self.touch::<HOOKED>(s, me, hash, now);
                 let stale = now >= s.expires_at;
                 if stale {
                     self.tally.record_as(me, Event::Stale);
@@ -309,7 +399,25 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        self.record_access(hash);
+        if self.hooked {
+            self.probe_in::<true, Q>(hash, q, now, swr_ms)
+        } else {
+            self.probe_in::<false, Q>(hash, q, now, swr_ms)
+        }
+    }
+
+    /// [`probe`](Self::probe), monomorphised per policy kind: `HOOKED` for a policy that
+    /// records lookups or hits (TinyLFU, adaptive), so the default's hit path carries none of
+    /// their code (one flag test in all).
+    #[inline(always)]
+    fn probe_in<const HOOKED: bool, Q>(&self, hash: u64, q: &Q, now: u64, swr_ms: u64) -> Probe<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        if HOOKED {
+            self.record_access(hash);
+        }
         let t = self.table.read();
         let me = t.me();
         match t.find(hash, q) {
@@ -318,12 +426,12 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 // An entry idle past its time-to-idle is gone, not stale.
                 let idle_ok = s.idle_ok(now, self.idle_ms);
                 if now < s.expires_at && idle_ok {
-                    s.touch(now, self.recency_ms);
+                    self.touch::<HOOKED>(s, me, hash, now);
                     self.tally.record_as(me, Event::Fresh);
                     return Probe::Fresh(s.value.clone());
                 }
                 if now < s.usable_until(swr_ms) && idle_ok {
-                    s.touch(now, self.recency_ms);
+                    self.touch::<HOOKED>(s, me, hash, now);
                     self.tally.record_as(me, Event::Stale);
                     return Probe::Stale {
                         value: s.value.clone(),
@@ -471,7 +579,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 let Some(At::Value(i)) = keep else {
                     unreachable!("the replaced value is kept, and it is a value");
                 };
-                let old = t.replace_value(i, Slot::new(key, value, expires_at, now), weight);
+                let old = t.update_value(i, Slot::new(key, value, expires_at, now), weight);
                 drop(t);
                 self.report_evicted(evicted, now);
                 self.report(Some(Removed::Value(old)), RemovalCause::Replaced, now);
@@ -498,8 +606,38 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let mut credit = self.budget.take(need);
         let mut keep = old;
         let mut evicted = Evicted::new();
+        // Adaptive policy: the miss drains this thread's hits into the sketch and moves the
+        // window's target on a ghost; the newcomer enters the window while it is below target.
+        let mut window = false;
+        if let Some(st) = t.adaptive.as_deref_mut() {
+            let buffer = self
+                .hit_buffers
+                .as_ref()
+                .zip(self.tally.mine())
+                .and_then(|(b, me)| b.get(me.index));
+            st.on_miss(hash, buffer);
+            window = (st.window_len as f64) < st.target;
+        }
         while credit < need || t.len() - old_len >= MAX_ENTRIES {
-            let Some(v) = t.choose_victim(now, cfg, keep) else {
+            let picked = if t.adaptive.is_some() {
+                match t.adaptive_pick(now, cfg, keep, evicted.is_empty().then_some(hash)) {
+                    Some(Pick::Evict { at, window: w }) => {
+                        window = w;
+                        Some(at)
+                    }
+                    Some(Pick::Decline) => {
+                        self.budget.give(credit);
+                        drop(t);
+                        drop((key, stored));
+                        self.counters.rejections.incr();
+                        return Ok(Write::Done(WriteOutcome::Declined));
+                    }
+                    None => None,
+                }
+            } else {
+                t.choose_victim(now, cfg, keep)
+            };
+            let Some(v) = picked else {
                 if credit < need {
                     self.budget.give(credit);
                     drop(t);
@@ -532,6 +670,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             {
                 let slot = Slot::new(key, value, expires_at, now);
                 let victim = Removed::Value(t.replace_victim(i, slot, hash, weight));
+                t.place(i, window);
                 self.budget.give(credit + victim_weight - weight);
                 drop(t);
                 self.count_removal(&victim, now);
@@ -549,7 +688,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let old = keep.map(|at| t.remove_at(at));
         match stored {
             Stored::Value(value) => {
-                t.push_value(Slot::new(key, value, expires_at, now), hash, weight)
+                t.push_value(Slot::new(key, value, expires_at, now), hash, weight);
+                let last = t.len_values() - 1;
+                t.place(last, window);
             }
             Stored::Error(error) => t.push_error(ErrorSlot::new(key, error, hash, expires_at, now)),
         }
@@ -838,7 +979,14 @@ mod tests {
 
     #[test]
     fn slot_array_never_grows_past_the_capacity() {
-        let s: Shard<u64, u64> = Shard::new(1000, 16, 1, false, 1, from_cache(1000, Columns::ALL));
+        let s: Shard<u64, u64> = Shard::new(
+            1000,
+            16,
+            1,
+            Admission::Always,
+            1,
+            from_cache(1000, Columns::ALL),
+        );
         for k in 0..5000 {
             put(&s, k, 0);
         }
@@ -848,7 +996,14 @@ mod tests {
 
     #[test]
     fn swap_remove_keeps_index_consistent() {
-        let s: Shard<u64, u64> = Shard::new(100, 16, 1, false, 1, from_cache(100, Columns::ALL));
+        let s: Shard<u64, u64> = Shard::new(
+            100,
+            16,
+            1,
+            Admission::Always,
+            1,
+            from_cache(100, Columns::ALL),
+        );
         for k in 0..50 {
             put(&s, k, 0);
         }
@@ -866,7 +1021,14 @@ mod tests {
     /// key `dead` expires at t=5, the others never. The config samples 10: a window that covers
     /// every entry, whatever its random start.
     fn full_with_one_dead_entry(dead: u64) -> (Shard<u64, u64>, ShardConfig) {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, from_cache(10, Columns::ALL));
+        let s: Shard<u64, u64> = Shard::new(
+            10,
+            16,
+            3,
+            Admission::Always,
+            1,
+            from_cache(10, Columns::ALL),
+        );
         let c = ShardConfig {
             samples: 10,
             ..cfg()
@@ -902,7 +1064,7 @@ mod tests {
             weighted: false,
             gated: false,
         };
-        let s: Shard<u64, u64> = Shard::new(50, 16, 5, false, 1, from_cache(50, bare));
+        let s: Shard<u64, u64> = Shard::new(50, 16, 5, Admission::Always, 1, from_cache(50, bare));
         for k in 0..120 {
             put(&s, k, k);
         }
@@ -930,7 +1092,14 @@ mod tests {
         // Fill the pool, shrink the arrays under it with removes (pooled places now past the end
         // or holding moved entries), then keep evicting: every key that is still there must be
         // found, and the capacity must hold.
-        let s: Shard<u64, u64> = Shard::new(200, 16, 5, false, 1, from_cache(200, Columns::ALL));
+        let s: Shard<u64, u64> = Shard::new(
+            200,
+            16,
+            5,
+            Admission::Always,
+            1,
+            from_cache(200, Columns::ALL),
+        );
         for k in 0..400 {
             put(&s, k, k);
         }
@@ -963,7 +1132,14 @@ mod tests {
     fn evicts_older_entries_more(pool: usize) {
         // 100 entries touched at times 1..=100; then insert 50 more. With sampling (and the pool)
         // the survivors should be skewed to recent ones.
-        let s: Shard<u64, u64> = Shard::new(100, pool, 7, false, 1, from_cache(100, Columns::ALL));
+        let s: Shard<u64, u64> = Shard::new(
+            100,
+            pool,
+            7,
+            Admission::Always,
+            1,
+            from_cache(100, Columns::ALL),
+        );
         for k in 0..100 {
             put(&s, k, k + 1);
         }
@@ -982,8 +1158,14 @@ mod tests {
     /// Capacity 2 holds keys 1 (stored at t=0) and 2 (t=5); key 1 is read at t=50; key 3
     /// then evicts one of them. Returns whether key 1 survived.
     fn read_then_evict(recency_ms: u64) -> bool {
-        let s: Shard<u64, u64> =
-            Shard::new(2, 0, 3, false, recency_ms, from_cache(2, Columns::ALL));
+        let s: Shard<u64, u64> = Shard::new(
+            2,
+            0,
+            3,
+            Admission::Always,
+            recency_ms,
+            from_cache(2, Columns::ALL),
+        );
         let c = ShardConfig {
             samples: 16,
             swr_ms: 0,
@@ -1037,7 +1219,14 @@ mod tests {
 
     #[test]
     fn values_and_cached_errors_replace_each_other_and_survive_swaps() {
-        let s: Shard<u64, u64> = Shard::new(100, 16, 5, false, 1, from_cache(100, Columns::ALL));
+        let s: Shard<u64, u64> = Shard::new(
+            100,
+            16,
+            5,
+            Admission::Always,
+            1,
+            from_cache(100, Columns::ALL),
+        );
         for k in 0..40 {
             if k % 2 == 0 {
                 put(&s, k, 0);
@@ -1075,7 +1264,14 @@ mod tests {
 
     #[test]
     fn cached_errors_count_toward_capacity_and_are_evicted() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 9, false, 1, from_cache(10, Columns::ALL));
+        let s: Shard<u64, u64> = Shard::new(
+            10,
+            16,
+            9,
+            Admission::Always,
+            1,
+            from_cache(10, Columns::ALL),
+        );
         for k in 0..10 {
             put_error(&s, k, NEVER);
         }
@@ -1087,7 +1283,8 @@ mod tests {
         let errors_left = (0..10).filter(|&k| probe_kind(&s, k, 2) == "error").count();
         assert!(errors_left < 10, "sampling reaches the error array too");
         // A dead cached error is evicted before any value.
-        let s: Shard<u64, u64> = Shard::new(3, 16, 9, false, 1, from_cache(3, Columns::ALL));
+        let s: Shard<u64, u64> =
+            Shard::new(3, 16, 9, Admission::Always, 1, from_cache(3, Columns::ALL));
         put(&s, 1, 0);
         put(&s, 2, 0);
         put_error(&s, 3, 5);
@@ -1103,7 +1300,8 @@ mod tests {
     #[test]
     fn a_declined_kind_change_keeps_the_old_entry() {
         // Full shard: a cached error for key 1, hot values for keys 2 and 3.
-        let s: Shard<u64, u64> = Shard::new(3, 16, 9, true, 1, from_cache(3, Columns::ALL));
+        let s: Shard<u64, u64> =
+            Shard::new(3, 16, 9, Admission::TinyLfu, 1, from_cache(3, Columns::ALL));
         put_error(&s, 1, NEVER);
         put(&s, 2, 0);
         put(&s, 3, 0);
@@ -1135,8 +1333,14 @@ mod tests {
         };
         let mut per_insert = Vec::new();
         for capacity in [1_000u64, 100_000] {
-            let s: Shard<u64, u64> =
-                Shard::new(capacity, 16, 7, false, 1, from_cache(capacity, columns));
+            let s: Shard<u64, u64> = Shard::new(
+                capacity,
+                16,
+                7,
+                Admission::Always,
+                1,
+                from_cache(capacity, columns),
+            );
             // Distinct access times, so the ranks differ and the pool does real work.
             for k in 0..capacity {
                 write_value(&s, k, NEVER, 1, k, &c, WriteMode::Plain);
@@ -1166,6 +1370,172 @@ mod tests {
         );
     }
 
+    /// The adaptive policy stays O(k) too: it reads each sample twice (flags, then rank: the
+    /// same lines) plus a few pooled candidates of each region, at any size.
+    #[test]
+    fn adaptive_eviction_reads_the_same_few_entries_at_any_size() {
+        let c = ShardConfig {
+            samples: 10,
+            swr_ms: 0,
+        };
+        let columns = Columns {
+            weighted: false,
+            gated: false,
+        };
+        let mut per_insert = Vec::new();
+        for capacity in [1_000u64, 100_000] {
+            let s: Shard<u64, u64> = Shard::new(
+                capacity,
+                16,
+                7,
+                Admission::Adaptive,
+                1,
+                from_cache(capacity, columns),
+            );
+            for k in 0..capacity {
+                write_value(&s, k, NEVER, 1, k, &c, WriteMode::Plain);
+            }
+            // Hits on every other key: protected main entries and a busy sketch.
+            for k in (0..capacity).step_by(2) {
+                s.get(h(k), &k, capacity + k);
+            }
+            let reads = || {
+                let t = s.table.read();
+                t.eviction_reads.load(std::sync::atomic::Ordering::Relaxed)
+            };
+            let before = reads();
+            const INSERTS: u64 = 2_000;
+            for k in capacity..capacity + INSERTS {
+                write_value(&s, k, NEVER, 1, 2 * capacity + k, &c, WriteMode::Plain);
+            }
+            assert_eq!(s.len() as u64, capacity);
+            per_insert.push((reads() - before) as f64 / INSERTS as f64);
+        }
+        for &reads in &per_insert {
+            assert!(
+                (10.0..=30.0).contains(&reads),
+                "entries read per insert at capacity: {per_insert:?}"
+            );
+        }
+        assert!(
+            (per_insert[0] - per_insert[1]).abs() <= 3.0,
+            "reads per insert differ with size: {per_insert:?}"
+        );
+    }
+
+    /// Runs `keys` as get-then-insert-on-miss at one request per millisecond with a 200 ms
+    /// resolution (the lab's model); returns the hits.
+    fn simulate(s: &Shard<u64, u64>, keys: impl Iterator<Item = u64>) -> u64 {
+        let c = ShardConfig {
+            samples: 10,
+            swr_ms: 0,
+        };
+        let mut hits = 0;
+        for (now, k) in keys.enumerate() {
+            let now = now as u64 + 1;
+            if s.get(h(k), &k, now).is_some() {
+                hits += 1;
+            } else {
+                write_value(s, k, NEVER, 1, now, &c, WriteMode::Plain);
+            }
+        }
+        hits
+    }
+
+    fn adaptive_shard(capacity: u64) -> Shard<u64, u64> {
+        let bare = Columns {
+            weighted: false,
+            gated: false,
+        };
+        Shard::new(
+            capacity,
+            16,
+            1,
+            Admission::Adaptive,
+            200,
+            from_cache(capacity, bare),
+        )
+    }
+
+    fn window_target(s: &Shard<u64, u64>) -> f64 {
+        s.table.read().adaptive.as_ref().map_or(0.0, |st| st.target)
+    }
+
+    /// The lab's `recommended_window_grows_on_recency_and_stays_shut_on_a_loop`, on the store.
+    #[test]
+    fn adaptive_window_grows_on_recency_and_stays_shut_on_a_loop() {
+        let sliding: Vec<u64> = (0..200_000u64).map(|i| i / 4 + (i % 4) * 7).collect();
+        let s = adaptive_shard(500);
+        let windowed = simulate(&s, sliding.iter().copied());
+        assert!(window_target(&s) > 0.0, "the window opened");
+        let bare = Columns {
+            weighted: false,
+            gated: false,
+        };
+        let tiny: Shard<u64, u64> =
+            Shard::new(500, 16, 1, Admission::TinyLfu, 200, from_cache(500, bare));
+        let filter_only = simulate(&tiny, sliding.iter().copied());
+        assert!(windowed > filter_only, "{windowed} vs {filter_only}");
+        // A loop 10% longer than the cache: the guard keeps the window from taking it over.
+        let s = adaptive_shard(1000);
+        let looped = simulate(&s, (0..300_000u64).map(|i| i % 1100));
+        assert!(looped > 240_000, "{looped} of 300000");
+        assert!(
+            window_target(&s) < 100.0,
+            "window target {}",
+            window_target(&s)
+        );
+    }
+
+    #[test]
+    fn adaptive_window_length_matches_the_flags() {
+        let s = adaptive_shard(300);
+        let keys = (0..60_000u64).map(|i| (i * 7919) % 2000 / (1 + i % 3));
+        simulate(&s, keys);
+        for k in 0..50 {
+            s.remove(h(k), &k);
+        }
+        let t = s.table.read();
+        let flagged = (0..t.len_values())
+            .filter(|&i| t.slot(i).flags_for_test() & crate::adaptive::WINDOW != 0)
+            .count() as u64;
+        assert_eq!(t.adaptive.as_ref().map(|st| st.window_len), Some(flagged));
+        assert!(t.len() <= 300);
+    }
+
+    /// Issue 17: an adaptive hit writes only its thread's own memory: its stripe (lock mark,
+    /// counters) and its hit buffer for the shard; the entry's stamp word only when the stamp
+    /// is a resolution old or a main entry is first protected.
+    #[test]
+    fn an_adaptive_hit_writes_only_its_threads_stripe_and_hit_buffer() {
+        let s = adaptive_shard(1000);
+        let c = cfg();
+        for k in 0..100 {
+            write_value(&s, k, NEVER, 1, 0, &c, WriteMode::Plain);
+        }
+        for k in 0..100 {
+            assert_eq!(s.get(h(k), &k, 0), Some(k)); // protects it (its first main hit)
+        }
+        let me = s.tally.mine().expect("a test thread has a stripe");
+        let stripe = std::ptr::from_ref(me) as usize;
+        let stripe = stripe..stripe + std::mem::size_of::<CachePadded<Stripe>>();
+        let buffer = s.hit_buffers.as_ref().map(|b| b.range(me.index)).unwrap();
+        let ((), writes) = crate::atomic::writes_during(|| {
+            for k in 0..100 {
+                assert_eq!(s.get(h(k), &k, 0), Some(k));
+                assert!(s.lookup(h(k), &k, 0, 0).is_some());
+                assert!(matches!(s.probe(h(k), &k, 0, 0), Probe::Fresh(_)));
+            }
+        });
+        assert!(writes.len() >= 300 * 3, "{} writes logged", writes.len());
+        let shared: Vec<usize> = writes
+            .iter()
+            .copied()
+            .filter(|a| !stripe.contains(a) && !buffer.contains(a))
+            .collect();
+        assert_eq!(shared, Vec::<usize>::new());
+    }
+
     #[test]
     fn dead_samples_are_evicted_first() {
         let (s, c) = full_with_one_dead_entry(4);
@@ -1178,7 +1548,14 @@ mod tests {
 
     #[test]
     fn fenced_write_is_dropped_after_a_remove() {
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, from_cache(10, Columns::ALL));
+        let s: Shard<u64, u64> = Shard::new(
+            10,
+            16,
+            3,
+            Admission::Always,
+            1,
+            from_cache(10, Columns::ALL),
+        );
         let f = s.fence(h(1));
         assert_eq!(s.remove(h(1), &1), None);
         let out = write_value(&s, 1, NEVER, 1, 0, &cfg(), WriteMode::Fenced(f));
@@ -1195,7 +1572,14 @@ mod tests {
             samples: 5,
             swr_ms: 100,
         };
-        let s: Shard<u64, u64> = Shard::new(10, 16, 3, false, 1, from_cache(10, Columns::ALL));
+        let s: Shard<u64, u64> = Shard::new(
+            10,
+            16,
+            3,
+            Admission::Always,
+            1,
+            from_cache(10, Columns::ALL),
+        );
         write_value(&s, 1, 10, 1, 0, &c, WriteMode::Plain);
         assert!(
             !s.claim_refresh(h(1), &1, 5, 100),

@@ -26,6 +26,7 @@ use std::hash::Hash;
 
 use hashbrown::HashTable;
 
+use crate::adaptive::{FLAGS, PROTECTED, Region, STAMP, State, WINDOW};
 use crate::fence::WriteLog;
 use crate::pool::{Candidate, EvictionPool};
 use crate::rng::XorShift64;
@@ -77,6 +78,56 @@ impl<K, V> Slot<K, V> {
         if now.saturating_sub(self.last_access.load(Ordering::Relaxed)) >= every_ms {
             self.last_access.store(now, Ordering::Relaxed);
         }
+    }
+
+    /// [`touch`](Self::touch) for the adaptive policy, whose flags share the stamp's word:
+    /// keeps them, and protects a main entry on its first hit (one more store of the entry's
+    /// own word, once). Returns whether the entry is in the window.
+    #[inline]
+    pub(crate) fn touch_flagged(&self, now: u64, every_ms: u64) -> bool {
+        let w = self.last_access.load(Ordering::Relaxed);
+        // One test for the common hit (a window entry or a protected main one, stamped
+        // within the resolution): no flags to change, no store.
+        if w & FLAGS == 0 || now.saturating_sub(w & STAMP) >= every_ms {
+            self.restamp(w, now, every_ms);
+        }
+        w & WINDOW != 0
+    }
+
+    /// The rest of [`touch_flagged`](Self::touch_flagged): a new stamp if the old one is a
+    /// resolution old, protection for a main entry's first hit.
+    #[inline(never)]
+    fn restamp(&self, w: u64, now: u64, every_ms: u64) {
+        let mut new = w;
+        if now.saturating_sub(w & STAMP) >= every_ms {
+            new = now | (w & FLAGS);
+        }
+        if w & WINDOW == 0 {
+            new |= PROTECTED;
+        }
+        // Under the read lock: a racing hit may store its own stamp over this one (one of the
+        // two protections survives, the other hit's flag is lost: only a missed promotion).
+        // Flags change otherwise only under the write lock.
+        self.last_access.store(new, Ordering::Relaxed);
+    }
+
+    /// The stamp word's flags (adaptive policy).
+    #[inline]
+    fn flags(&self) -> u64 {
+        self.last_access.load(Ordering::Relaxed) & FLAGS
+    }
+
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) fn flags_for_test(&self) -> u64 {
+        self.flags()
+    }
+
+    /// Sets (`on`) or clears `flag` (under the write lock).
+    #[inline]
+    fn set_flag(&self, flag: u64, on: bool) {
+        let w = self.last_access.load(Ordering::Relaxed);
+        let new = if on { w | flag } else { w & !flag };
+        self.last_access.store(new, Ordering::Relaxed);
     }
 }
 
@@ -173,6 +224,15 @@ impl<K, V> Removed<K, V> {
     }
 }
 
+/// The adaptive policy's decision for one eviction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pick {
+    /// Evict `at`; the newcomer (if any) enters the window (`window`) or main.
+    Evict { at: At, window: bool },
+    /// Refuse the newcomer (it lost its duel with main's victim).
+    Decline,
+}
+
 /// The lock-protected part of a shard.
 pub(crate) struct Table<K, V> {
     slots: Vec<Slot<K, V>>,
@@ -201,21 +261,32 @@ pub(crate) struct Table<K, V> {
     /// The key hashes of the shard's last plain writes, for per-key fences (`fence.rs`).
     pub(crate) writes: WriteLog,
     rng: XorShift64,
+    /// The adaptive policy's state (`adaptive.rs`); `None` for the other policies.
+    pub(crate) adaptive: Option<Box<State>>,
     /// Entries read by eviction (tests: it reads `samples` plus a few pooled ones per victim,
     /// whatever the table's size; a walk anywhere on that path would show here).
     #[cfg(all(test, not(herd_loom)))]
     pub(crate) eviction_reads: crate::sync::plain::AtomicU64,
 }
 
-/// Eviction rank from an entry's expiry and recency (see [`Table::rank`]).
+/// Eviction rank from an entry's expiry and recency word (see [`Table::rank`]): a protected
+/// entry (adaptive policy) ranks after every unprotected live one.
 #[inline]
 fn rank_of(expires_at: u64, last_access: u64, now: u64) -> u64 {
     if now >= expires_at {
         expires_at.min(LIVE_RANK_BASE - 1)
     } else {
-        LIVE_RANK_BASE.saturating_add(last_access)
+        let protected = if last_access & PROTECTED != 0 {
+            PROTECTED_RANK
+        } else {
+            0
+        };
+        LIVE_RANK_BASE.saturating_add(protected + (last_access & STAMP).min(PROTECTED_RANK - 1))
     }
 }
+
+/// Added to a protected entry's live rank (stamps are milliseconds, far below it).
+const PROTECTED_RANK: u64 = 1 << 60;
 
 /// The hash of the entry an index word names (for the index's own rehashing).
 #[inline]
@@ -253,6 +324,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
             pool: EvictionPool::new(pool_size),
             writes: WriteLog::new(share),
             rng: XorShift64::new(seed),
+            adaptive: None,
             #[cfg(all(test, not(herd_loom)))]
             eviction_reads: crate::sync::plain::AtomicU64::new(0),
         }
@@ -262,6 +334,12 @@ impl<K: Eq + Hash, V> Table<K, V> {
     #[inline]
     pub(crate) fn len(&self) -> usize {
         self.slots.len() + self.errors.len()
+    }
+
+    /// Values held (cached errors not counted).
+    #[inline]
+    pub(crate) fn len_values(&self) -> usize {
+        self.slots.len()
     }
 
     #[inline]
@@ -399,7 +477,32 @@ impl<K: Eq + Hash, V> Table<K, V> {
         if let Some(gate) = self.gates.get_mut(i) {
             *gate = AtomicU64::new(0);
         }
+        if let Some(st) = &mut self.adaptive {
+            let old = self.slots[i].flags();
+            st.window_len -= u64::from(old & WINDOW != 0);
+            st.window_len += u64::from(slot.flags() & WINDOW != 0);
+        }
         std::mem::replace(&mut self.slots[i], slot)
+    }
+
+    /// Replaces the value at `i` by a new value of the same key, which keeps the old one's
+    /// region and protection (adaptive policy).
+    pub(crate) fn update_value(&mut self, i: usize, slot: Slot<K, V>, weight: u64) -> Slot<K, V> {
+        if self.adaptive.is_some() {
+            slot.set_flag(self.slots[i].flags(), true);
+        }
+        self.replace_value(i, slot, weight)
+    }
+
+    /// Puts the value at `i` in the window (`window`) or main (adaptive policy; nothing
+    /// otherwise).
+    pub(crate) fn place(&mut self, i: usize, window: bool) {
+        if let Some(st) = &mut self.adaptive {
+            let s = &self.slots[i];
+            let was = s.flags() & WINDOW != 0;
+            s.set_flag(WINDOW, window);
+            st.window_len = st.window_len + u64::from(window) - u64::from(was);
+        }
     }
 
     /// Pushes the weight and gate columns of a new last value (where the table keeps them) and
@@ -495,6 +598,9 @@ impl<K: Eq + Hash, V> Table<K, V> {
                     self.repoint(moved, At::Value(last), at);
                 }
                 self.swap_remove_cold_columns(i);
+                if let Some(st) = &mut self.adaptive {
+                    st.window_len -= u64::from(self.slots[i].flags() & WINDOW != 0);
+                }
                 Removed::Value(self.slots.swap_remove(i))
             }
             At::Error(i) => {
@@ -649,7 +755,14 @@ impl<K: Eq + Hash, V> Table<K, V> {
         cfg: &ShardConfig,
         keep: &mut Option<At>,
     ) -> Option<Removed<K, V>> {
-        let victim = self.choose_victim(now, cfg, *keep)?;
+        let victim = if self.adaptive.is_some() {
+            match self.adaptive_pick(now, cfg, *keep, None)? {
+                Pick::Evict { at, .. } => at,
+                Pick::Decline => return None,
+            }
+        } else {
+            self.choose_victim(now, cfg, *keep)?
+        };
         Some(self.remove_keeping(victim, keep))
     }
 
@@ -665,6 +778,235 @@ impl<K: Eq + Hash, V> Table<K, V> {
             (_, keep) => keep,
         };
         removed
+    }
+
+    /// The adaptive policy's eviction (`adaptive.rs`; the table must have its state): samples
+    /// `cfg.samples` adjacent entries into the window's and main's pools (demoting the oldest
+    /// protected sample while protected entries hold too much of main), then picks per the
+    /// window's target. `newcomer` is the hash of the new key being made room for, if it may
+    /// still be refused. Records the ghost of whatever leaves. O(samples + pools).
+    pub(crate) fn adaptive_pick(
+        &mut self,
+        now: u64,
+        cfg: &ShardConfig,
+        exclude: Option<At>,
+        newcomer: Option<u64>,
+    ) -> Option<Pick> {
+        let len = self.len();
+        if len == 0 || (len == 1 && exclude.is_some()) {
+            return None;
+        }
+        let mut st = self.adaptive.take()?;
+        let pick = self.adaptive_pick_with(&mut st, now, cfg, exclude, newcomer);
+        self.adaptive = Some(st);
+        pick
+    }
+
+    fn adaptive_pick_with(
+        &mut self,
+        st: &mut State,
+        now: u64,
+        cfg: &ShardConfig,
+        exclude: Option<At>,
+        newcomer: Option<u64>,
+    ) -> Option<Pick> {
+        let len = self.len();
+        let start = self.rng.below(len);
+        let samples = cfg.samples.max(1).min(len);
+        let mut draw = start;
+        let (mut main, mut protected) = (0u32, 0u32);
+        let mut oldest_protected: Option<(u64, usize)> = None;
+        for _ in 0..samples {
+            let at = self.at_draw(draw);
+            draw = if draw + 1 == len { 0 } else { draw + 1 };
+            if Some(at) == exclude {
+                continue;
+            }
+            if self.is_dead(at, now, cfg.swr_ms) {
+                // Expired: it leaves with no ghost, and the newcomer fills in as while filling.
+                return Some(Pick::Evict {
+                    at,
+                    window: (st.window_len as f64) < st.target,
+                });
+            }
+            if let At::Value(i) = at {
+                let w = self.slots[i].last_access.load(Ordering::Relaxed);
+                if w & WINDOW == 0 {
+                    main += 1;
+                    if w & PROTECTED != 0 {
+                        protected += 1;
+                        if oldest_protected.is_none_or(|(o, _)| w & STAMP < o) {
+                            oldest_protected = Some((w & STAMP, i));
+                        }
+                    }
+                }
+            } else {
+                main += 1;
+            }
+        }
+        if st.note_sample(main, protected)
+            && let Some((_, i)) = oldest_protected
+        {
+            self.slots[i].set_flag(PROTECTED, false);
+        }
+        let mut draw = start;
+        for _ in 0..samples {
+            let at = self.at_draw(draw);
+            draw = if draw + 1 == len { 0 } else { draw + 1 };
+            if Some(at) == exclude {
+                continue;
+            }
+            let rank = self.rank(at, now);
+            let c = Candidate {
+                rank,
+                idx: at.encode(),
+            };
+            if self.in_window(at) {
+                st.window_pool.offer(c);
+            } else {
+                self.pool.offer(c);
+            }
+        }
+        let pick = if st.window_len >= st.target_len() {
+            let c = self.settle_region(st, true, now, exclude);
+            let v = self.settle_region(st, false, now, exclude);
+            match (c, v) {
+                (Some(c), Some(v)) => {
+                    let (hc, hv) = (self.hash_of(c), self.hash_of(v));
+                    if st.sketch.frequency(hc) > st.sketch.frequency(hv) {
+                        // The window's candidate joins main; main's victim leaves.
+                        self.promote(st, c, now);
+                        st.ghosts.insert(hv, Region::Main);
+                        Pick::Evict {
+                            at: v,
+                            window: true,
+                        }
+                    } else {
+                        st.ghosts.insert(hc, Region::Window);
+                        Pick::Evict {
+                            at: c,
+                            window: true,
+                        }
+                    }
+                }
+                (None, Some(v)) => {
+                    let hv = self.hash_of(v);
+                    match newcomer {
+                        // No window entry to duel: the newcomer duels main's victim itself.
+                        Some(h) if st.sketch.frequency(h) <= st.sketch.frequency(hv) => {
+                            st.ghosts.insert(h, Region::Window);
+                            Pick::Decline
+                        }
+                        _ => {
+                            st.ghosts.insert(hv, Region::Main);
+                            Pick::Evict {
+                                at: v,
+                                window: false,
+                            }
+                        }
+                    }
+                }
+                (Some(c), None) => {
+                    st.ghosts.insert(self.hash_of(c), Region::Window);
+                    Pick::Evict {
+                        at: c,
+                        window: true,
+                    }
+                }
+                (None, None) => {
+                    let v = self.any_but(exclude)?;
+                    st.ghosts.insert(self.hash_of(v), Region::Main);
+                    Pick::Evict {
+                        at: v,
+                        window: true,
+                    }
+                }
+            }
+        } else {
+            let v = match self.settle_region(st, false, now, exclude) {
+                Some(v) => v,
+                None => match self.settle_region(st, true, now, exclude) {
+                    Some(v) => v,
+                    None => self.any_but(exclude)?,
+                },
+            };
+            st.ghosts.insert(self.hash_of(v), Region::Main);
+            Pick::Evict {
+                at: v,
+                window: true,
+            }
+        };
+        Some(pick)
+    }
+
+    /// Whether `at` is a window entry (cached errors are always main).
+    #[inline]
+    fn in_window(&self, at: At) -> bool {
+        matches!(at, At::Value(i) if self.slots[i].flags() & WINDOW != 0)
+    }
+
+    /// Moves the window entry at `at` to main, pooling it there.
+    fn promote(&mut self, st: &mut State, at: At, now: u64) {
+        if let At::Value(i) = at {
+            self.slots[i].set_flag(WINDOW, false);
+            st.window_len -= 1;
+            let rank = self.rank(at, now);
+            self.pool.offer(Candidate {
+                rank,
+                idx: at.encode(),
+            });
+        }
+    }
+
+    /// The best pooled candidate of the window (`window`) or main that still ranks as recorded;
+    /// a pooled place now holding an entry of the other region moves to that region's pool.
+    fn settle_region(
+        &mut self,
+        st: &mut State,
+        window: bool,
+        now: u64,
+        exclude: Option<At>,
+    ) -> Option<At> {
+        loop {
+            let pool = if window {
+                &mut st.window_pool
+            } else {
+                &mut self.pool
+            };
+            let c = pool.pop_best()?;
+            let at = At::decode(c.idx);
+            if !self.holds(at) || Some(at) == exclude {
+                continue;
+            }
+            let rank = self.rank(at, now);
+            let fresh = Candidate { rank, idx: c.idx };
+            if self.in_window(at) != window {
+                if window {
+                    self.pool.offer(fresh);
+                } else {
+                    st.window_pool.offer(fresh);
+                }
+                continue;
+            }
+            let pool = if window {
+                &mut st.window_pool
+            } else {
+                &mut self.pool
+            };
+            if rank <= c.rank || pool.best_rank().is_none_or(|b| rank <= b) {
+                return Some(at);
+            }
+            pool.offer(fresh);
+        }
+    }
+
+    /// Any entry but `exclude` (when both pools came up empty: tiny shards).
+    fn any_but(&mut self, exclude: Option<At>) -> Option<At> {
+        let len = self.len();
+        let start = self.rng.below(len);
+        (0..len)
+            .map(|r| self.at_draw((start + r) % len))
+            .find(|&at| Some(at) != exclude)
     }
 
     /// Counts one entry read by eviction (test builds only; nothing otherwise).
@@ -708,6 +1050,10 @@ impl<K: Eq + Hash, V> Table<K, V> {
         self.gates = Vec::new();
         self.weight = 0;
         self.pool.clear();
+        if let Some(st) = &mut self.adaptive {
+            st.window_len = 0;
+            st.window_pool.clear();
+        }
         (
             std::mem::take(&mut self.slots),
             std::mem::take(&mut self.errors),

@@ -55,11 +55,15 @@ pub(crate) struct Stripe {
     /// Lookups this thread recorded in the cache's admission sketches since it last added them
     /// to a shard's shared record count (`admission.rs`).
     sketch_records: AtomicU64,
+    /// This stripe's place in the tally (0: the shared overflow stripe): a shard's per-thread
+    /// hit buffers (`adaptive.rs`) use the same index.
+    pub(crate) index: usize,
 }
 
 impl Stripe {
-    fn new() -> Self {
+    fn new(index: usize) -> Self {
         Self {
+            index,
             mark: crate::sync::sc_zero(),
             fresh: AtomicU64::new(0),
             stale: AtomicU64::new(0),
@@ -133,7 +137,7 @@ impl Tally {
     /// `owned` thread stripes after the overflow one.
     pub(crate) fn with_stripes(owned: usize) -> Self {
         Self {
-            stripes: (0..=owned).map(|_| CachePadded(Stripe::new())).collect(),
+            stripes: (0..=owned).map(|i| CachePadded(Stripe::new(i))).collect(),
         }
     }
 
@@ -146,6 +150,11 @@ impl Tally {
             0 => None,
             i => self.stripes.get(i).map(|s| &s.0),
         }
+    }
+
+    /// Stripes, the overflow one included (the size of a per-stripe array).
+    pub(crate) fn len(&self) -> usize {
+        self.stripes.len()
     }
 
     /// The marks of every owned stripe (a shard-lock writer waits on them).

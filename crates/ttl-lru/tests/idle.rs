@@ -120,3 +120,35 @@ fn without_time_to_idle_nothing_idles() {
     clock.advance(Duration::from_secs(1_000_000));
     assert_eq!(c.get(&1), Some(1));
 }
+
+/// The adaptive policy keeps its region flags in the same word as the recency stamp that
+/// time-to-idle reads: idle checks must see the stamp, not the flags (a flagged stamp read raw
+/// is far in the future, so the entry would never go idle).
+#[test]
+fn time_to_idle_holds_under_every_admission_policy() {
+    for admission in [
+        ttl_lru::Admission::Always,
+        ttl_lru::Admission::TinyLfu,
+        ttl_lru::Admission::Adaptive,
+    ] {
+        let clock = ManualClock::new();
+        let c: Cache<u64, u64> = Cache::builder(100)
+            .clock(clock.clone())
+            .recency_resolution(Duration::ZERO)
+            .time_to_idle(100 * MS)
+            .admission(admission)
+            .build();
+        c.insert(1, 1, Duration::MAX).unwrap();
+        for _ in 0..5 {
+            clock.advance(80 * MS);
+            assert_eq!(
+                c.get(&1),
+                Some(1),
+                "{admission:?}: read within the idle time"
+            );
+        }
+        clock.advance(100 * MS);
+        assert_eq!(c.get(&1), None, "{admission:?}: 100 ms without a read");
+        assert!(c.lookup(&1).is_none(), "{admission:?}");
+    }
+}

@@ -33,7 +33,13 @@ impl<K, V> Slot<K, V> {
     /// keep for eviction, so a hit reads one word of the slot it reads anyway.
     #[inline]
     pub(crate) fn idle_ok(&self, now: u64, idle_ms: u64) -> bool {
-        now.saturating_sub(self.last_access.load(crate::sync::Ordering::Relaxed)) < idle_ms
+        now.saturating_sub(self.stamp()) < idle_ms
+    }
+
+    /// The recency stamp without the adaptive policy's flags, which share its word.
+    #[inline]
+    fn stamp(&self) -> u64 {
+        self.last_access.load(crate::sync::Ordering::Relaxed) & crate::adaptive::STAMP
     }
 
     /// The hit path's check and touch in one: whether the value is fresh (within its TTL and
@@ -41,6 +47,10 @@ impl<K, V> Slot<K, V> {
     /// `min(every_ms, idle_ms)`: a stamp younger than that (the common, read-mostly case) needs
     /// neither a touch nor an idle check, so that case compares once, as a hit without a
     /// time-to-idle always did (callgrind: the same instructions per get as before).
+    ///
+    /// Only for policies whose stamp word carries no flags (not the adaptive one, which reads
+    /// and touches through [`idle_ok`](Self::idle_ok) and its own `touch_flagged`): it stores a
+    /// bare stamp.
     #[inline]
     pub(crate) fn hit(&self, now: u64, gate_ms: u64, idle_ms: u64, every_ms: u64) -> bool {
         if now >= self.expires_at {
@@ -61,10 +71,7 @@ impl<K, V> Slot<K, V> {
     /// When the entry stops being fresh: its TTL or its idle deadline, whichever is first.
     #[inline]
     pub(crate) fn deadline(&self, idle_ms: u64) -> u64 {
-        let idle = self
-            .last_access
-            .load(crate::sync::Ordering::Relaxed)
-            .saturating_add(idle_ms);
+        let idle = self.stamp().saturating_add(idle_ms);
         self.expires_at.min(idle)
     }
 }
