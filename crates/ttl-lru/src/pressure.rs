@@ -378,11 +378,11 @@ mod tests {
     use super::*;
 
     fn dir_with(files: &[(&str, &str)]) -> PathBuf {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        static NEXT: crate::sync::plain::AtomicUsize = crate::sync::plain::AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "ttl-lru-cgroup-{}-{}",
             std::process::id(),
-            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            NEXT.fetch_add(1, crate::sync::Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).unwrap();
         for (name, body) in files {

@@ -1,7 +1,8 @@
 //! [`TierStats`]: a count for every decision the second-level tier makes. Written only on L1
 //! misses, invalidations and backplane messages, never on an L1 hit.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::sync::Ordering::Relaxed;
+use crate::sync::plain::AtomicU64;
 
 use coalesce::LeaseStats;
 

@@ -2,11 +2,12 @@
 //! public read-through only. The leader of the cache's local flight does the L2 work inside its
 //! fill, so everything the cache promises about coalescing, cancellation and fences still holds.
 
+use crate::sync::Ordering::Relaxed;
+use crate::sync::plain::AtomicU64;
 use std::any::Any;
 use std::convert::Infallible;
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
