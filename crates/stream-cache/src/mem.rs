@@ -53,7 +53,7 @@ struct Index {
     map: HashMap<CacheKey, Entry>,
     /// CLOCK order of complete objects, as (key, write id). A record goes stale when its object
     /// is replaced or purged; stale records are skipped by the sweep and dropped by
-    /// [`Index::compact`], so the queue stays O(complete objects).
+    /// [`Index::compact_if_stale`], so the queue stays O(complete objects).
     clock: VecDeque<(CacheKey, u64)>,
     /// Complete objects in `map` (each has exactly one current record in `clock`).
     complete: usize,
