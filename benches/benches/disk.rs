@@ -8,10 +8,11 @@
 //! `1000,10000`: filling 100,000 files takes a while).
 //!
 //! `HERD_DISK_REPORT=ROUNDS` skips criterion and prints the side-by-side table of
-//! docs/benchmarks-disk.md instead: every contender of a measurement runs once per round, in
-//! turn (interleaved, so each meets the same machine load), and the table shows the minimum
-//! per contender over the rounds and the ratios of those minima. On a shared machine the
-//! minimum is the least disturbed run; a median over a few rounds mixes in other people's work.
+//! docs/benchmarks.md ("DiskStorage benchmarks") instead: every contender of a measurement
+//! runs once per round, in turn (interleaved, so each meets the same machine load), and the
+//! table shows the minimum per contender over the rounds and the ratios of those minima. On a
+//! shared machine the minimum is the least disturbed run; a median over a few rounds mixes in
+//! other people's work.
 
 // `criterion_group!` generates a `pub fn` that cannot carry a doc comment.
 #![allow(missing_docs)]

@@ -194,7 +194,7 @@ impl Proxy {
                 // frame or by a 2 MiB write buffer, was measured (compare/hit1m.sh, interleaved)
                 // at ~170 µs of CPU per 1 MiB response against ~140 µs, and fewer requests/s;
                 // 64 KiB frames (15 writes) cost ~195 µs. The kernel's copy into the socket is
-                // the cost, not the syscall count (docs/benchmarks-proxy.md).
+                // the cost, not the syscall count (docs/benchmarks.md, "HTTP caching proxy").
                 builder
                     .http1()
                     .max_buf_size(config.max_header_bytes)
