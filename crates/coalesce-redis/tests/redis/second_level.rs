@@ -193,19 +193,20 @@ pub(crate) async fn the_fence_holds_for_a_process_without_a_backplane(server: Re
 pub(crate) async fn an_invalidation_drops_the_l1_copy_of_every_process(server: RedisServer) {
     let url = server.url();
     let mut procs = Vec::new();
-    for _ in 0..4 {
+    // Eight processes (tiers with their own connections and subscriptions), as the issue asks.
+    for _ in 0..8 {
         procs.push(process(&url).await);
     }
     assert_eq!(read(&procs[0], "k", 7).await, (7, TierSource::Filled));
     for p in &procs[1..] {
         assert_eq!(read(p, "k", 8).await, (7, TierSource::L2));
     }
-    let done = guard(procs[3].tier.invalidate(&"k".to_string()), "invalidate")
+    let done = guard(procs[7].tier.invalidate(&"k".to_string()), "invalidate")
         .await
         .unwrap();
     assert_eq!(
         (done.receivers, done.acked),
-        (4, 4),
+        (8, 8),
         "every subscriber acknowledged"
     );
     // Acknowledged means dropped: no wait needed, nobody serves the old value.
@@ -223,7 +224,7 @@ pub(crate) async fn an_invalidation_drops_the_l1_copy_of_every_process(server: R
         .iter()
         .map(|p| p.tier.stats().backplane_received)
         .sum();
-    assert_eq!(received, 4);
+    assert_eq!(received, 8);
     // A healthy subscription survives its keep-alive pings (every 100 ms here).
     tokio::time::sleep(Duration::from_millis(350)).await;
     for p in &procs {
