@@ -193,6 +193,12 @@ impl Backplane {
             sinks.retain(|s| s.strong_count() > 0);
             sinks.push(sink);
         }
+        self.ensure_running();
+    }
+
+    /// Starts the subscriber task unless it runs already (on the current tokio runtime;
+    /// without one it cannot run, and says so). Returns whether it runs.
+    fn ensure_running(&self) -> bool {
         let mut task = self.task.lock();
         if task.is_none() {
             match tokio::runtime::Handle::try_current() {
@@ -202,6 +208,7 @@ impl Backplane {
                 }
             }
         }
+        task.is_some()
     }
 
     /// Registers a wait for the acknowledgements of a message about to be published.
@@ -232,8 +239,14 @@ impl Backplane {
     ///
     /// # Cancellation
     /// Safe to drop at any point.
+    /// Waits until the subscription is live, starting the subscriber if no tier attached yet
+    /// (waiting for a subscriber nobody started would never end). Outside a tokio runtime
+    /// nothing can subscribe, so it returns at once.
     pub(crate) async fn wait_subscribed(&self) {
         let mut rx = self.shared.subscribed.subscribe();
+        if !self.ensure_running() {
+            return;
+        }
         let _ = rx.wait_for(|live| *live).await;
     }
 

@@ -399,6 +399,9 @@ impl RedisSecondLevel {
     }
 
     /// Waits until the backplane's subscription is live (returns at once without a backplane).
+    /// Starts the subscriber if no tier is attached yet, so it may be called before or after
+    /// building the `TieredCache`s over this L2. Waits as long as Redis is unreachable: bound it
+    /// with `tokio::time::timeout` where a start-up must not wait for Redis.
     ///
     /// # Cancellation
     /// Safe to drop at any point.

@@ -53,6 +53,13 @@ fn main() -> std::process::ExitCode {
             |server| Box::pin(conformance::redis_lease_passes_the_lease_suite(server)),
         ),
         Case::redis(
+            "second_level::wait_subscribed_before_a_tier_is_attached_returns",
+            2,
+            |server| {
+                Box::pin(second_level::wait_subscribed_before_a_tier_is_attached_returns(server))
+            },
+        ),
+        Case::redis(
             "second_level::an_invalidation_fences_a_fill_in_another_process",
             2,
             |server| {

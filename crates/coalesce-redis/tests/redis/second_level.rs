@@ -789,3 +789,23 @@ pub(crate) async fn invalidate_all_reaches_every_key_and_fences_fills_in_other_p
         .unwrap();
     assert!(!landed);
 }
+
+/// `wait_subscribed` called before any tier is attached to the L2 (the natural start-up order:
+/// connect, wait for the backplane, then build the tier) used to wait forever, because the
+/// subscriber only started when a tier attached. It starts the subscriber itself now.
+pub(crate) async fn wait_subscribed_before_a_tier_is_attached_returns(server: RedisServer) {
+    let l2 = l2(&server.url(), Duration::from_millis(100), true);
+    guard(l2.wait_subscribed(), "subscribe before any tier").await;
+    assert!(l2.backplane_stats().unwrap().subscribed);
+    // A tier attached afterwards uses the same subscription.
+    let tier: Tier = TieredCache::builder(
+        Cache::new(100),
+        l2.clone() as Arc<dyn SecondLevel>,
+        StringCodec,
+        U64Codec,
+    )
+    .build()
+    .unwrap();
+    assert_eq!(tier.stats().backplane_resyncs, 0);
+    assert_eq!(l2.backplane_stats().unwrap().subscriptions, 1);
+}
