@@ -211,9 +211,15 @@ pub fn trace_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-/// `benches/traces/arc`, the copy of the ARC traces kept in the repository.
+/// `benches/traces/arc`, the copy of the ARC traces kept in the repository: under the
+/// package directory cargo names at run time (`cargo test`, `cargo run` and `cargo bench` set
+/// `CARGO_MANIFEST_DIR` for the process), else the one it named at build time. The run-time
+/// one comes first because a build can be reused from another checkout of the same sources (a
+/// shared target directory), whose compile-time path may since have been deleted.
 pub fn vendored_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/arc")
+    let package = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    package.join("traces/arc")
 }
 
 #[cfg(test)]
