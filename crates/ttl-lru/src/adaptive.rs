@@ -120,7 +120,7 @@ impl Ghosts {
         None
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(herd_loom)))]
     pub(crate) fn evictions(&self, region: Region) -> u32 {
         self.evictions[region as usize]
     }

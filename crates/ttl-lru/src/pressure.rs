@@ -373,7 +373,7 @@ pub fn spawn_pressure_watcher(
     }))
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(herd_loom)))]
 mod tests {
     use super::*;
 
