@@ -197,14 +197,28 @@ both_backends!(newer_fence_wins, None, newer_fence_wins);
 async fn purge_during_disk_begin_write_is_final() {
     let backend = common::backend(common::Kind::Disk, None).await;
     let storage = backend.storage.clone();
-    let key = "k".into();
-    let mut begin = pin!(storage.begin_write(&key, ObjectMeta::new("old")));
-    assert!(futures::poll!(begin.as_mut()).is_pending());
-    storage.purge(&key).await.unwrap();
-    let mut writer = begin.await.unwrap();
-    let _ = writer.write(Bytes::from_static(b"old")).await;
-    let _ = writer.finish().await;
-    assert_eq!(body_of(&*storage, "k").await, None, "the purge came undone");
+    // The window is the blocking-pool trip that creates the temp file: its first poll is
+    // pending unless the pool finished the trip first (a race on an idle machine), so try a
+    // few keys until one `begin_write` is caught inside it.
+    let mut caught = 0;
+    for attempt in 0..100 {
+        let name = format!("k{attempt}");
+        let key = name.as_str().into();
+        let mut begin = pin!(storage.begin_write(&key, ObjectMeta::new("old")));
+        if futures::poll!(begin.as_mut()).is_ready() {
+            continue;
+        }
+        caught += 1;
+        storage.purge(&key).await.unwrap();
+        let mut writer = begin.await.unwrap();
+        let _ = writer.write(Bytes::from_static(b"old")).await;
+        let _ = writer.finish().await;
+        assert_eq!(body_of(&*storage, &name).await, None, "the purge came undone");
+        if caught == 3 {
+            break;
+        }
+    }
+    assert!(caught > 0, "no begin_write was ever pending on its first poll");
 }
 
 /// Two `DiskStorage::begin_write` calls race: the one called later wins even when the earlier
@@ -215,7 +229,10 @@ async fn later_disk_begin_write_wins_the_race() {
     let storage = backend.storage.clone();
     let key = "k".into();
     let mut earlier = pin!(storage.begin_write(&key, ObjectMeta::new("old")));
-    assert!(futures::poll!(earlier.as_mut()).is_pending());
+    // Usually pending here (its file is created on the blocking pool); on an idle machine the
+    // trip can finish within this first poll. Either way the later call's fence is newer, and
+    // the newer write must win.
+    let _ = futures::poll!(earlier.as_mut());
     let mut later = storage
         .begin_write(&key, ObjectMeta::new("new"))
         .await
