@@ -213,12 +213,19 @@ async fn purge_during_disk_begin_write_is_final() {
         let mut writer = begin.await.unwrap();
         let _ = writer.write(Bytes::from_static(b"old")).await;
         let _ = writer.finish().await;
-        assert_eq!(body_of(&*storage, &name).await, None, "the purge came undone");
+        assert_eq!(
+            body_of(&*storage, &name).await,
+            None,
+            "the purge came undone"
+        );
         if caught == 3 {
             break;
         }
     }
-    assert!(caught > 0, "no begin_write was ever pending on its first poll");
+    assert!(
+        caught > 0,
+        "no begin_write was ever pending on its first poll"
+    );
 }
 
 /// Two `DiskStorage::begin_write` calls race: the one called later wins even when the earlier
