@@ -6,6 +6,11 @@
 #
 #   bash crates/herd-proxy/compare/run.sh            # from the workspace root
 #   DURATION=10s CONNECTIONS=50 bash crates/herd-proxy/compare/run.sh
+#   SECTIONS=stampede ROUNDS=9 bash crates/herd-proxy/compare/run.sh   # one section, 9 rounds
+#
+# SECTIONS picks measurements (comma-separated: hit, stampede, death, memory; default all).
+# ROUNDS repeats the stampede that many times, the proxies taking turns in each round, and
+# ends with each proxy's minimum and median of the per-round p50 and p99 (default 1).
 #
 # Measurements (the issue's "Measured" list):
 #   1. hit throughput and p99 latency, 1 KiB and 1 MiB bodies (wrk, warm cache);
@@ -19,6 +24,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-50}
+SECTIONS=${SECTIONS:-hit,stampede,death,memory}
+ROUNDS=${ROUNDS:-1}
+section() { [[ ",$SECTIONS," == *",$1,"* ]]; }
 WORK=$(mktemp -d /tmp/herd-compare.XXXXXX)
 chmod 755 "$WORK"  # nginx workers and the varnish child drop root and must reach their dirs
 ORIGIN=127.0.0.1:18080
@@ -107,6 +115,7 @@ pid_of() {  # the PIDs whose memory counts for a proxy
 }
 rss_kib() { local total=0; for p in $(pid_of "$1"); do total=$((total + $(ps -o rss= -p "$p" 2>/dev/null || echo 0))); done; echo "$total"; }
 
+if section hit; then
 echo "## hit throughput (wrk -t2 -c$CONNECTIONS -d$DURATION, warm cache)"
 for size in 1024 1048576; do
     for name in "${ORDER[@]}"; do
@@ -119,15 +128,28 @@ for size in 1024 1048576; do
         echo "hit size=$size proxy=$name rps=$rps p99=$p99 $errs"
     done
 done
+fi
 
-echo "## cold-URL stampede (500 concurrent clients, origin answers after 1 s)"
-for name in "${ORDER[@]}"; do
-    before=$(curl -s "http://$ORIGIN/stats" | awk '$1 == "cold" {print $2}')
-    line=$("$TOOL" stampede "${PROXIES[$name]}" "$ORIGIN" 500)
-    after=$(curl -s "http://$ORIGIN/stats" | awk '$1 == "cold" {print $2}')
-    echo "stampede proxy=$name origin_fetches=$(( ${after:-0} - ${before:-0} )) $line"
+if section stampede; then
+echo "## cold-URL stampede (500 concurrent clients, origin answers after 1 s; $ROUNDS round(s))"
+declare -A P50S=() P99S=()
+for round in $(seq 1 "$ROUNDS"); do
+    for name in "${ORDER[@]}"; do
+        before=$(curl -s "http://$ORIGIN/stats" | awk '$1 == "cold" {print $2}')
+        line=$("$TOOL" stampede "${PROXIES[$name]}" "$ORIGIN" 500)
+        after=$(curl -s "http://$ORIGIN/stats" | awk '$1 == "cold" {print $2}')
+        echo "stampede round=$round proxy=$name origin_fetches=$(( ${after:-0} - ${before:-0} )) $line"
+        P50S[$name]+="$(sed -n 's/.*after_origin_ms_p50=\([0-9.]*\).*/\1/p' <<<"$line") "
+        P99S[$name]+="$(sed -n 's/.*after_origin_ms_p99=\([0-9.]*\).*/\1/p' <<<"$line") "
+    done
 done
+stat() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {printf "min=%s median=%s", v[1], v[int((NR+1)/2)]}'; }
+for name in "${ORDER[@]}"; do
+    echo "stampede-summary proxy=$name rounds=$ROUNDS p50_ms: $(stat <<<"${P50S[$name]}") p99_ms: $(stat <<<"${P99S[$name]}")"
+done
+fi
 
+if section death; then
 echo "## origin death mid-body (20 clients over 1 s; chunked origin dies at 40,000 of 100,000 bytes)"
 for version in "" "--http10"; do
     for name in "${ORDER[@]}"; do
@@ -148,7 +170,9 @@ for name in "${ORDER[@]}"; do
     size=$(curl -s --http1.0 -o /dev/null -w '%{http_code} %{size_download}' "$url") || code=$?
     echo "death-curl proxy=$name client=next curl_http1.0_exit=$code status_bytes=$size"
 done
+fi
 
+if section memory; then
 echo "## memory per cached object (20,000 objects of 1 KiB)"
 for name in "${ORDER[@]}"; do
     before=$(rss_kib "$name")
@@ -158,3 +182,4 @@ for name in "${ORDER[@]}"; do
     [ "$name" = nginx ] && disk=" nginx_cache_dir_kib=$(du -sk "$WORK/nginx-cache" | cut -f1)"
     echo "memory proxy=$name $line rss_growth_kib=$((after - before)) bytes_per_object=$(( (after - before) * 1024 / 20000 ))$disk"
 done
+fi
