@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::admission::Admission;
 use crate::budget::Budget;
-use crate::cache::{Cache, Inner, Weigher};
+use crate::cache::{Cache, IdleBy, Inner, Weigher};
 use crate::clock::{Clock, ClockSource, CoarseClock, duration_to_ms};
 use crate::listener::{Listener, RemovalCause};
 use crate::shard::{FromCache, Shard, ShardConfig};
@@ -58,6 +58,7 @@ pub struct CacheBuilder<K, V> {
     admission: Admission,
     listener: Option<Arc<Listener<K, V>>>,
     time_to_idle: Option<Duration>,
+    idle_by: Option<IdleBy<K, V>>,
     key_label: crate::observe::KeyLabel<K>,
 }
 
@@ -79,6 +80,7 @@ impl<K, V> std::fmt::Debug for CacheBuilder<K, V> {
             .field("admission", &self.admission)
             .field("eviction_listener", &self.listener.is_some())
             .field("time_to_idle", &self.time_to_idle)
+            .field("time_to_idle_by", &self.idle_by.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -106,6 +108,7 @@ where
             admission: Admission::Always,
             listener: None,
             time_to_idle: None,
+            idle_by: None,
             key_label: None,
         }
     }
@@ -130,11 +133,32 @@ where
     /// set the resolution well below `idle` (`Duration::ZERO` records every millisecond). Idle
     /// entries are removed by [`Cache::purge_expired`] or, ranking as the least recently used,
     /// by eviction (the eviction listener reports them as [`RemovalCause::Expired`]).
-    /// `Duration::ZERO` makes every entry idle at once: nothing is served.
+    /// `Duration::ZERO` makes every entry idle at once: nothing is served. An entry may have
+    /// its own, shorter or longer: [`Cache::insert_with_idle`], [`time_to_idle_by`](Self::time_to_idle_by).
     ///
     /// [`Cache::purge_expired`]: crate::Cache::purge_expired
+    /// [`Cache::insert_with_idle`]: crate::Cache::insert_with_idle
     pub fn time_to_idle(mut self, idle: Duration) -> Self {
         self.time_to_idle = Some(idle);
+        self
+    }
+
+    /// Time-to-idle per entry: `idle_by(&key, &value)` is called (outside any lock) for every
+    /// value written without an idle time of its own, by [`Cache::insert`], [`Cache::put`],
+    /// read-through fills, bulk fills and the second-level tier alike; `Some(idle)` gives the
+    /// entry that idle time (as [`Cache::insert_with_idle`] does), `None` leaves it the cache's
+    /// [`time_to_idle`](Self::time_to_idle) (or none). E.g. a session cache whose anonymous
+    /// sessions idle out after 5 minutes and signed-in ones after an hour. Costs as
+    /// [`Cache::insert_with_idle`] describes.
+    ///
+    /// [`Cache::insert`]: crate::Cache::insert
+    /// [`Cache::put`]: crate::Cache::put
+    /// [`Cache::insert_with_idle`]: crate::Cache::insert_with_idle
+    pub fn time_to_idle_by(
+        mut self,
+        idle_by: impl Fn(&K, &V) -> Option<Duration> + Send + Sync + 'static,
+    ) -> Self {
+        self.idle_by = Some(Arc::new(idle_by));
         self
     }
 
@@ -334,6 +358,7 @@ where
             default_ttl_ms: duration_to_ms(self.default_ttl),
             negative_ttl_ms: duration_to_ms(self.negative_ttl),
             weigher: self.weigher,
+            idle_by: self.idle_by,
             fills: CachePadded::default(),
             tally,
             group: group.build(),

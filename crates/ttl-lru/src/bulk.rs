@@ -288,6 +288,6 @@ where
             WriteMode::Fenced(fence),
         );
         let until = cached_until.unwrap_or(now);
-        let _ = self.settle_write(hash, first, until, 1, now, WriteMode::Fenced(fence));
+        let _ = self.settle_write(hash, first, until, None, 1, now, WriteMode::Fenced(fence));
     }
 }

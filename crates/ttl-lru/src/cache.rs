@@ -19,6 +19,8 @@ use crate::tally::Tally;
 
 /// A weigher: the weight of an entry, counted against capacity.
 pub(crate) type Weigher<K, V> = Arc<dyn Fn(&K, &V) -> u64 + Send + Sync>;
+/// [`CacheBuilder::time_to_idle_by`](crate::CacheBuilder::time_to_idle_by)'s function.
+pub(crate) type IdleBy<K, V> = Arc<dyn Fn(&K, &V) -> Option<Duration> + Send + Sync>;
 
 /// A bounded, sharded TTL cache with sampled-LRU eviction and coalesced read-through.
 ///
@@ -59,6 +61,8 @@ pub(crate) struct Inner<K, V> {
     pub(crate) default_ttl_ms: u64,
     pub(crate) negative_ttl_ms: u64,
     pub(crate) weigher: Option<Weigher<K, V>>,
+    /// Per-entry time-to-idle for writes that give none of their own.
+    pub(crate) idle_by: Option<IdleBy<K, V>>,
     pub(crate) fills: CachePadded<FillCounters>,
     /// Hits, misses, inserts, evictions and expirations, counted per thread (see `tally.rs`).
     pub(crate) tally: Tally,
@@ -178,7 +182,35 @@ where
     pub fn insert(&self, key: K, value: V, ttl: Duration) -> Result<bool, InsertError> {
         let now = self.now();
         let expires_at = now.saturating_add(duration_to_ms(ttl));
-        self.write_value(key, value, expires_at, now, WriteMode::Plain)
+        self.write_value(key, value, expires_at, None, now, WriteMode::Plain)
+    }
+
+    /// [`insert`](Self::insert) with a time-to-idle of this entry's own: it is fresh until
+    /// `min(written + ttl, last access + idle)`, whatever the cache's
+    /// [`time_to_idle`](crate::CacheBuilder::time_to_idle) (which it replaces for this entry,
+    /// shorter or longer; `Duration::MAX` for none). A later write of the key without one
+    /// gives it the cache's again.
+    ///
+    /// The entry's last access is the recency stamp hits already record, refreshed at most once
+    /// per [`recency_resolution`](crate::CacheBuilder::recency_resolution), with the same
+    /// caveat as the cache's setting: keep `idle` well above the resolution. Cost: the first
+    /// entry of a shard whose idle time differs from the cache's gives that shard a column of
+    /// 8 bytes per value (kept until the shard is cleared); a hit then reads it only when the
+    /// entry's stamp is older than the smallest idle time the shard has held.
+    ///
+    /// # Errors
+    /// As [`insert`](Self::insert).
+    pub fn insert_with_idle(
+        &self,
+        key: K,
+        value: V,
+        ttl: Duration,
+        idle: Duration,
+    ) -> Result<bool, InsertError> {
+        let now = self.now();
+        let expires_at = now.saturating_add(duration_to_ms(ttl));
+        let idle_ms = Some(duration_to_ms(idle));
+        self.write_value(key, value, expires_at, idle_ms, now, WriteMode::Plain)
     }
 
     /// [`insert`](Self::insert) with the builder's `default_ttl`.
@@ -188,7 +220,7 @@ where
     pub fn put(&self, key: K, value: V) -> Result<bool, InsertError> {
         let now = self.now();
         let expires_at = now.saturating_add(self.inner.default_ttl_ms);
-        self.write_value(key, value, expires_at, now, WriteMode::Plain)
+        self.write_value(key, value, expires_at, None, now, WriteMode::Plain)
     }
 
     /// The key's invalidation fence: take it before fetching a value from the source of truth,
@@ -220,30 +252,45 @@ where
     ) -> Result<bool, InsertError> {
         let now = self.now();
         let expires_at = now.saturating_add(duration_to_ms(ttl));
-        self.write_value(key, value, expires_at, now, WriteMode::Fenced(fence.0))
+        self.write_value(
+            key,
+            value,
+            expires_at,
+            None,
+            now,
+            WriteMode::Fenced(fence.0),
+        )
     }
 
+    /// Writes a value; `idle_ms` is its own time-to-idle (`None`: the builder's
+    /// `time_to_idle_by` decides, or else the cache's setting).
     pub(crate) fn write_value(
         &self,
         key: K,
         value: V,
         expires_at: u64,
+        idle_ms: Option<u64>,
         now: u64,
         mode: WriteMode,
     ) -> Result<bool, InsertError> {
         let hash = self.hash(&key);
         let weight = self.weigh(&key, &value);
+        let idle_ms = match (&self.inner.idle_by, idle_ms) {
+            (Some(by), None) => by(&key, &value).map(duration_to_ms),
+            (_, idle_ms) => idle_ms,
+        };
         let first = self.shard(hash).write(
             hash,
             key,
             Stored::Value(value),
             expires_at,
+            idle_ms,
             weight,
             now,
             &self.inner.cfg,
             mode,
         );
-        let out = self.settle_write(hash, first, expires_at, weight, now, mode)?;
+        let out = self.settle_write(hash, first, expires_at, idle_ms, weight, now, mode)?;
         if out == WriteOutcome::Fenced {
             self.inner.fills.fenced.incr();
         }
@@ -252,11 +299,13 @@ where
 
     /// Finishes a shard's write: if its shard had nothing left to evict for it (all of a full
     /// cache's entries sit in other shards), evicts from the other shards and writes again.
+    #[allow(clippy::too_many_arguments)] // the shard write's arguments, passed on
     pub(crate) fn settle_write(
         &self,
         hash: u64,
         mut write: Result<Write<K, V>, InsertError>,
         expires_at: u64,
+        idle_ms: Option<u64>,
         weight: u64,
         now: u64,
         mode: WriteMode,
@@ -271,6 +320,7 @@ where
                         key,
                         stored,
                         expires_at,
+                        idle_ms,
                         weight,
                         now,
                         &self.inner.cfg,

@@ -7,8 +7,9 @@
 //!   infallible [`Cache::get_with`] / [`Cache::get_with_ttl`] for fills that cannot fail, and the
 //!   bulk [`Cache::get_or_try_insert_many`] (one batch call for many misses); iteration and
 //!   predicate removal: [`Cache::iter`], [`Cache::retain`], [`Cache::invalidate_if`].
-//! - [`CacheBuilder`]: capacity, TTLs, time-to-idle, stale-while-revalidate, weigher, sampling,
-//!   clock, an eviction listener ([`RemovalCause`]), key labels for `tracing` events.
+//! - [`CacheBuilder`]: capacity, TTLs, time-to-idle (per cache, and per entry with
+//!   [`Cache::insert_with_idle`] or `time_to_idle_by`), stale-while-revalidate, weigher,
+//!   sampling, clock, an eviction listener ([`RemovalCause`]), key labels for `tracing` events.
 //! - [`Fetched`] / [`FetchError`]: a read-through value with its [`Source`] (hit, filled, joined,
 //!   stale), or why there is none.
 //!

@@ -440,6 +440,7 @@ where
                     leader.key().clone(),
                     value.clone(),
                     expires_at,
+                    None,
                     now,
                     WriteMode::Fenced(fence),
                 );
@@ -468,7 +469,8 @@ where
                     WriteMode::Fenced(fence),
                 );
                 let until = cached_until.unwrap_or(now);
-                let _ = self.settle_write(hash, first, until, 1, now, WriteMode::Fenced(fence));
+                let _ =
+                    self.settle_write(hash, first, until, None, 1, now, WriteMode::Fenced(fence));
                 if started.at.is_some() {
                     self.trace_finished(leader.key(), "failed", &started);
                 }

@@ -172,10 +172,6 @@ pub(crate) struct Shard<K, V> {
     sketch: Option<FrequencySketch>,
     /// The cache's eviction listener, if any (`shard/notify.rs`).
     listener: Option<Arc<Listener<K, V>>>,
-    /// Time-to-idle in coarse milliseconds, `u64::MAX` for none (`shard/idle.rs`).
-    idle_ms: u64,
-    /// `min(recency_ms, idle_ms)`: a hit on a stamp younger than this does nothing more.
-    hit_gate_ms: u64,
     /// The adaptive policy's per-thread hit buffers (`adaptive.rs`); `None` for the others.
     hit_buffers: Option<HitBuffers>,
     /// `sketch` or `hit_buffers` is set: lookups take the hooked copy of the hit path.
@@ -217,8 +213,6 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             hooked: admission != Admission::Always,
             hit_buffers,
             listener: None,
-            idle_ms: u64::MAX,
-            hit_gate_ms: recency_ms.max(1),
         }
     }
 
@@ -298,9 +292,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             // The default's hit checks and touches in one (`Slot::hit`); a hooked policy
             // touches through its own path (the adaptive policy's flags share the stamp word).
             let fresh = if HOOKED {
-                now < s.expires_at && s.idle_ok(now, self.idle_ms)
+                now < s.expires_at && s.idle_ok(now, t.idle_of(i))
             } else {
-                s.hit(now, self.hit_gate_ms, self.idle_ms, self.recency_ms)
+                s.hit(now, t.hit_gate_ms(), || t.idle_of(i), self.recency_ms)
             };
             if fresh {
                 if HOOKED {
@@ -350,8 +344,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let me = t.me();
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
-            if now < s.usable_until(swr_ms) && s.idle_ok(now, self.idle_ms) {
-                let expires_at = s.deadline(self.idle_ms);
+            let idle_ms = t.idle_of(i);
+            if now < s.usable_until(swr_ms) && s.idle_ok(now, idle_ms) {
+                let expires_at = s.deadline(idle_ms);
                 self.touch::<HOOKED>(s, me, hash, now);
                 let stale = now >= s.expires_at;
                 if stale {
@@ -378,8 +373,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         Q: Eq + ?Sized,
     {
         let t = self.table.read();
-        let s = t.slot(t.find_value(hash, q)?);
-        (now < s.expires_at && s.idle_ok(now, self.idle_ms)).then(|| s.value.clone())
+        let i = t.find_value(hash, q)?;
+        let s = t.slot(i);
+        (now < s.expires_at && s.idle_ok(now, t.idle_of(i))).then(|| s.value.clone())
     }
 
     /// Whether a fresh value is stored (no recency update, no counters).
@@ -390,7 +386,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     {
         let t = self.table.read();
         t.find_value(hash, q)
-            .is_some_and(|i| now < t.slot(i).expires_at && t.slot(i).idle_ok(now, self.idle_ms))
+            .is_some_and(|i| now < t.slot(i).expires_at && t.slot(i).idle_ok(now, t.idle_of(i)))
     }
 
     /// The read-through lookup: fresh, stale (claiming the refresh if it is open), cached error, or miss.
@@ -424,7 +420,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             Some(At::Value(i)) => {
                 let s = t.slot(i);
                 // An entry idle past its time-to-idle is gone, not stale.
-                let idle_ok = s.idle_ok(now, self.idle_ms);
+                let idle_ok = s.idle_ok(now, t.idle_of(i));
                 if now < s.expires_at && idle_ok {
                     self.touch::<HOOKED>(s, me, hash, now);
                     self.tally.record_as(me, Event::Fresh);
@@ -465,7 +461,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             let s = t.slot(i);
             now >= s.expires_at
                 && now < s.usable_until(swr_ms)
-                && s.idle_ok(now, self.idle_ms)
+                && s.idle_ok(now, t.idle_of(i))
                 && t.gate(i).is_some_and(|g| claim_gate(g, now))
         })
     }
@@ -521,6 +517,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         key: K,
         stored: Stored<V>,
         expires_at: u64,
+        idle_ms: Option<u64>,
         weight: u64,
         now: u64,
         cfg: &ShardConfig,
@@ -580,6 +577,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                     unreachable!("the replaced value is kept, and it is a value");
                 };
                 let old = t.update_value(i, Slot::new(key, value, expires_at, now), weight);
+                t.set_idle(i, idle_ms);
                 drop(t);
                 self.report_evicted(evicted, now);
                 self.report(Some(Removed::Value(old)), RemovalCause::Replaced, now);
@@ -670,6 +668,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             {
                 let slot = Slot::new(key, value, expires_at, now);
                 let victim = Removed::Value(t.replace_victim(i, slot, hash, weight));
+                t.set_idle(i, idle_ms);
                 t.place(i, window);
                 self.budget.give(credit + victim_weight - weight);
                 drop(t);
@@ -690,6 +689,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             Stored::Value(value) => {
                 t.push_value(Slot::new(key, value, expires_at, now), hash, weight);
                 let last = t.len_values() - 1;
+                t.set_idle(last, idle_ms);
                 t.place(last, window);
             }
             Stored::Error(error) => t.push_error(ErrorSlot::new(key, error, hash, expires_at, now)),
@@ -745,7 +745,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             }
         }
         match expires_at {
-            Some(at) => self.write(hash, key, Stored::Error(error), at, 1, now, cfg, mode),
+            Some(at) => self.write(hash, key, Stored::Error(error), at, None, 1, now, cfg, mode),
             None => Ok(Write::Done(WriteOutcome::Expired)),
         }
     }
@@ -938,7 +938,17 @@ mod tests {
         c: &ShardConfig,
         mode: WriteMode,
     ) -> WriteOutcome {
-        done(s.write(h(k), k, Stored::Value(k), expires_at, weight, now, c, mode))
+        done(s.write(
+            h(k),
+            k,
+            Stored::Value(k),
+            expires_at,
+            None,
+            weight,
+            now,
+            c,
+            mode,
+        ))
     }
 
     /// A single shard owns its whole budget, so it never needs room made elsewhere.
@@ -1196,6 +1206,7 @@ mod tests {
             k,
             Stored::Error(error),
             expires_at,
+            None,
             1,
             0,
             &cfg(),

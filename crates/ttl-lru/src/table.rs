@@ -19,6 +19,7 @@
 //! moves one entry, whose index entry is found by hash and place (one probe, no key comparison);
 //! a new key's value evicting at capacity takes its victim's place and moves nothing.
 
+mod idle;
 mod view;
 
 use std::borrow::Borrow;
@@ -250,6 +251,8 @@ pub(crate) struct Table<K, V> {
     /// retry time.
     gates: Vec<AtomicU64>,
     columns: Columns,
+    /// Time-to-idle: the cache's, and a column for values with their own (`table/idle.rs`).
+    idles: idle::Idles,
     /// The cache's hasher (the same keys as `Cache`'s): `hash_one(key)` is the hash every
     /// method here is given for that key.
     hasher: ahash::RandomState,
@@ -317,6 +320,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
             weights: Vec::new(),
             gates: Vec::new(),
             columns,
+            idles: idle::Idles::new(),
             errors: Vec::new(),
             index: HashTable::new(),
             weight: 0,
@@ -421,7 +425,10 @@ impl<K: Eq + Hash, V> Table<K, V> {
         let (expires_at, last_access) = match at {
             At::Value(i) => {
                 let s = &self.slots[i];
-                (s.expires_at, s.last_access.load(Ordering::Relaxed))
+                (
+                    self.ranked_expiry(s, i),
+                    s.last_access.load(Ordering::Relaxed),
+                )
             }
             At::Error(i) => (self.errors[i].expires_at, self.errors[i].stored_at),
         };
@@ -450,6 +457,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
         let at = At::Value(self.slots.len()).encode();
         self.slots.push(slot);
         self.push_cold_columns(weight);
+        self.push_idle();
         let (hasher, slots, errors) = (&self.hasher, &self.slots, &self.errors);
         self.index
             .insert_unique(hash, at, |&j| hash_at(hasher, slots, errors, j));
@@ -468,6 +476,8 @@ impl<K: Eq + Hash, V> Table<K, V> {
     }
 
     /// Replaces the value at `i` (same key), resetting its refresh gate. Returns the old slot.
+    /// Its idle time stays until the writer sets the new value's (`Table::set_idle`, which
+    /// every value write in `shard.rs` calls).
     pub(crate) fn replace_value(&mut self, i: usize, slot: Slot<K, V>, weight: u64) -> Slot<K, V> {
         self.weight -= self.weight_of(At::Value(i));
         if self.columns.weighted {
@@ -532,6 +542,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
     /// subtracts its weight.
     fn swap_remove_cold_columns(&mut self, i: usize) {
         self.weight -= self.weight_of(At::Value(i));
+        self.swap_remove_idle(i);
         if self.columns.weighted {
             self.weights.swap_remove(i);
         }
@@ -559,6 +570,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
             }
             Err(_) => debug_assert!(false, "victim {i} missing from the index"),
         }
+        self.fold_idle_deadline(i);
         let victim = self.replace_value(i, slot, weight);
         let (hasher, slots, errors) = (&self.hasher, &self.slots, &self.errors);
         self.index
@@ -1048,6 +1060,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
         self.index.clear();
         self.weights = Vec::new();
         self.gates = Vec::new();
+        self.clear_idles();
         self.weight = 0;
         self.pool.clear();
         if let Some(st) = &mut self.adaptive {

@@ -1,6 +1,7 @@
 //! Time-to-idle in a shard: the setting and the purge of idle entries. The checks themselves
 //! sit in the read paths of `shard.rs` (`Slot::idle_ok`: the recency stamp a hit already reads
-//! for eviction, compared with `now`, so a hit gains no write and no clock read).
+//! for eviction, compared with `now`, so a hit gains no write and no clock read); the idle
+//! times, the cache's and the per-entry column, are the table's (`table/idle.rs`).
 
 use std::hash::Hash;
 
@@ -9,21 +10,22 @@ use crate::table::Slot;
 
 impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     /// Sets the time-to-idle (coarse milliseconds; `u64::MAX` for none), at build time.
-    pub(crate) fn with_idle(mut self, idle_ms: u64) -> Self {
-        self.idle_ms = idle_ms;
-        self.hit_gate_ms = self.recency_ms.min(idle_ms);
+    pub(crate) fn with_idle(self, idle_ms: u64) -> Self {
+        self.table
+            .write()
+            .set_idle_defaults(idle_ms, self.recency_ms);
         self
     }
 
-    /// Removes the values idle past the time-to-idle (none without one), giving back their
+    /// Removes the values idle past their time-to-idle (none without one), giving back their
     /// weight. The entries are returned to be reported or dropped after the lock is released.
     pub(super) fn purge_idle(&self, now: u64) -> Vec<Slot<K, V>> {
-        if self.idle_ms == u64::MAX {
+        if !self.table.read().idles_anything() {
             return Vec::new();
         }
         let mut t = self.table.write();
         let before = t.weight;
-        let removed = t.remove_idle(now, self.idle_ms);
+        let removed = t.remove_idle(now);
         self.budget.give(before - t.weight);
         removed
     }

@@ -25,7 +25,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             return;
         };
         if let Some(Removed::Value(slot)) = removed {
-            deliver(listener, slot, cause, now, self.idle_ms);
+            deliver(listener, slot, cause, now);
         }
     }
 
@@ -37,7 +37,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         };
         for removed in evicted.first.into_iter().chain(evicted.rest) {
             if let Removed::Value(slot) = removed {
-                deliver(listener, slot, RemovalCause::Size, now, self.idle_ms);
+                deliver(listener, slot, RemovalCause::Size, now);
             }
         }
     }
@@ -53,22 +53,16 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             return;
         };
         for slot in removed {
-            deliver(listener, slot, cause, now, self.idle_ms);
+            deliver(listener, slot, cause, now);
         }
     }
 }
 
-fn deliver<K, V>(
-    listener: &Listener<K, V>,
-    slot: Slot<K, V>,
-    cause: RemovalCause,
-    now: u64,
-    idle_ms: u64,
-) {
+fn deliver<K, V>(listener: &Listener<K, V>, slot: Slot<K, V>, cause: RemovalCause, now: u64) {
+    // A value leaving its table has its idle deadline folded into its expiry
+    // (`table/idle.rs`), so an idle victim shows as expired here.
     let cause = match cause {
-        RemovalCause::Size if now >= slot.expires_at || !slot.idle_ok(now, idle_ms) => {
-            RemovalCause::Expired
-        }
+        RemovalCause::Size if now >= slot.expires_at => RemovalCause::Expired,
         other => other,
     };
     let (key, value) = slot.into_parts();

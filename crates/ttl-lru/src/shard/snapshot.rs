@@ -32,8 +32,9 @@ impl<K: Eq + Hash + Clone, V: Clone> Shard<K, V> {
         let entries = t
             .values()
             .iter()
-            .filter(|s| now < s.expires_at && s.idle_ok(now, self.idle_ms))
-            .map(|s| (s.key().clone(), s.value.clone()))
+            .enumerate()
+            .filter(|&(i, s)| now < s.expires_at && s.idle_ok(now, t.idle_of(i)))
+            .map(|(_, s)| (s.key().clone(), s.value.clone()))
             .collect();
         (fence, entries)
     }
@@ -48,9 +49,8 @@ impl<K: Eq + Hash + Clone, V: Clone> Shard<K, V> {
         let fence = self.writes.load(Ordering::Acquire);
         let value = t
             .find_value(hash, q)
-            .map(|i| t.slot(i))
-            .filter(|s| now < s.expires_at && s.idle_ok(now, self.idle_ms))
-            .map(|s| s.value.clone());
+            .filter(|&i| now < t.slot(i).expires_at && t.slot(i).idle_ok(now, t.idle_of(i)))
+            .map(|i| t.slot(i).value.clone());
         (fence, value)
     }
 

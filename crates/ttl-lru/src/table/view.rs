@@ -43,22 +43,29 @@ impl<K, V> Slot<K, V> {
     }
 
     /// The hit path's check and touch in one: whether the value is fresh (within its TTL and
-    /// not idle), and if so records the access (as [`Slot::touch`]). `gate_ms` is
-    /// `min(every_ms, idle_ms)`: a stamp younger than that (the common, read-mostly case) needs
-    /// neither a touch nor an idle check, so that case compares once, as a hit without a
-    /// time-to-idle always did (callgrind: the same instructions per get as before).
+    /// not idle), and if so records the access (as [`Slot::touch`]). `gate_ms` is the table's
+    /// gate (`table/idle.rs`: at most `every_ms` and every idle time the table holds), and
+    /// `idle_ms` gives the entry's idle time, read only past the gate: a stamp younger than the
+    /// gate (the common, read-mostly case) needs neither a touch nor an idle check, so that
+    /// case compares once, as a hit without a time-to-idle always did.
     ///
     /// Only for policies whose stamp word carries no flags (not the adaptive one, which reads
     /// and touches through [`idle_ok`](Self::idle_ok) and its own `touch_flagged`): it stores a
     /// bare stamp.
     #[inline]
-    pub(crate) fn hit(&self, now: u64, gate_ms: u64, idle_ms: u64, every_ms: u64) -> bool {
+    pub(crate) fn hit(
+        &self,
+        now: u64,
+        gate_ms: u64,
+        idle_ms: impl FnOnce() -> u64,
+        every_ms: u64,
+    ) -> bool {
         if now >= self.expires_at {
             return false;
         }
         let since = now.saturating_sub(self.last_access.load(crate::sync::Ordering::Relaxed));
         if since >= gate_ms {
-            if since >= idle_ms {
+            if since >= idle_ms() {
                 return false;
             }
             if since >= every_ms {
@@ -77,12 +84,13 @@ impl<K, V> Slot<K, V> {
 }
 
 impl<K: Eq + std::hash::Hash, V> Table<K, V> {
-    /// Removes every value idle for `idle_ms` or longer (`purge_expired` with a time-to-idle).
-    pub(crate) fn remove_idle(&mut self, now: u64, idle_ms: u64) -> Vec<Slot<K, V>> {
+    /// Removes every value idle for its idle time or longer (`purge_expired` with a
+    /// time-to-idle, the cache's or an entry's own).
+    pub(crate) fn remove_idle(&mut self, now: u64) -> Vec<Slot<K, V>> {
         let mut removed = Vec::new();
         // From the end: a swap-remove only moves an entry that was already checked.
         for i in (0..self.slots.len()).rev() {
-            if !self.slots[i].idle_ok(now, idle_ms) {
+            if !self.slots[i].idle_ok(now, self.idle_of(i)) {
                 if let super::Removed::Value(slot) = self.remove_at(super::At::Value(i)) {
                     removed.push(slot);
                 }
