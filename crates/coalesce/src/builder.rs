@@ -145,7 +145,7 @@ impl<K, V, E> GroupBuilder<K, V, E> {
     /// | `coalesce_handed_off_total` | counter | [`Stats::handed_off`](crate::Stats::handed_off) |
     /// | `coalesce_taken_over_total` | counter | [`Stats::taken_over`](crate::Stats::taken_over) |
     /// | `coalesce_abandoned_total` | counter | [`Stats::abandoned`](crate::Stats::abandoned) |
-    /// | `coalesce_wait_timed_out_total` | counter | [`Stats::timed_out`](crate::Stats::timed_out) |
+    /// | `coalesce_wait_timeouts_total` | counter | [`Stats::wait_timeouts`](crate::Stats::wait_timeouts) |
     /// | `coalesce_failed_total` | counter | [`Stats::failed`](crate::Stats::failed) |
     /// | `coalesce_fill_duration_seconds` | histogram, `outcome` = `ok` / `failed` | from taking a lead to finishing it |
     /// | `coalesce_follower_wait_seconds` | histogram | a follower's wait, until it got a result, was handed the lead, gave up or was dropped |

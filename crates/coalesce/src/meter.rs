@@ -9,7 +9,7 @@
 //! | `coalesce_handed_off_total` | counter | [`Stats::handed_off`] |
 //! | `coalesce_taken_over_total` | counter | [`Stats::taken_over`] |
 //! | `coalesce_abandoned_total` | counter | [`Stats::abandoned`] |
-//! | `coalesce_wait_timed_out_total` | counter | [`Stats::timed_out`] |
+//! | `coalesce_wait_timeouts_total` | counter | [`Stats::wait_timeouts`] |
 //! | `coalesce_failed_total` | counter | [`Stats::failed`] |
 //! | `coalesce_fill_duration_seconds` | histogram, label `outcome` = `ok` / `failed` | from taking the lead to finishing it |
 //! | `coalesce_follower_wait_seconds` | histogram | a follower's wait, until it got a result, was handed the lead, gave up or was dropped |
@@ -33,7 +33,7 @@
 //! [`Stats::handed_off`]: crate::Stats::handed_off
 //! [`Stats::taken_over`]: crate::Stats::taken_over
 //! [`Stats::abandoned`]: crate::Stats::abandoned
-//! [`Stats::timed_out`]: crate::Stats::timed_out
+//! [`Stats::wait_timeouts`]: crate::Stats::wait_timeouts
 //! [`Stats::failed`]: crate::Stats::failed
 //! [`Group::stats`]: crate::Group::stats
 
@@ -75,7 +75,7 @@ impl Metrics {
             handed_off: counter!("coalesce_handed_off_total", with(&[])),
             taken_over: counter!("coalesce_taken_over_total", with(&[])),
             abandoned: counter!("coalesce_abandoned_total", with(&[])),
-            timed_out: counter!("coalesce_wait_timed_out_total", with(&[])),
+            timed_out: counter!("coalesce_wait_timeouts_total", with(&[])),
             failed: counter!("coalesce_failed_total", with(&[])),
             fill_ok: histogram!("coalesce_fill_duration_seconds", with(&[("outcome", "ok")])),
             fill_failed: histogram!(

@@ -30,7 +30,7 @@ pub struct Stats {
     pub abandoned: u64,
     /// Followers whose wait on another caller's fill ran out (`wait_timeout`): each got
     /// [`FlightError::WaitTimedOut`](crate::FlightError::WaitTimedOut).
-    pub timed_out: u64,
+    pub wait_timeouts: u64,
     /// Fills that finished with an error.
     pub failed: u64,
 }
@@ -90,7 +90,7 @@ impl Counts {
         total.handed_off += self.handed_off;
         total.taken_over += self.taken_over;
         total.abandoned += self.abandoned;
-        total.timed_out += timed_out.load(Relaxed);
+        total.wait_timeouts += timed_out.load(Relaxed);
         total.failed += self.failed;
     }
 }

@@ -422,7 +422,12 @@ fn wait_timeout_racing_a_hand_off() {
         }
         let timed_out = u64::from(impatient == Outcome::WaitTimedOut);
         assert_eq!(
-            (stats.led, stats.joined, stats.abandoned, stats.timed_out),
+            (
+                stats.led,
+                stats.joined,
+                stats.abandoned,
+                stats.wait_timeouts
+            ),
             (1, 2, 1, timed_out)
         );
         assert_eq!(group.in_flight(), 0);
@@ -449,7 +454,7 @@ fn wait_timeout_racing_finish() {
         );
         let stats = group.stats();
         assert_eq!(
-            stats.timed_out,
+            stats.wait_timeouts,
             u64::from(impatient == Outcome::WaitTimedOut)
         );
         assert_eq!((stats.handed_off, stats.abandoned), (0, 0));

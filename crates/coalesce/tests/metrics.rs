@@ -78,7 +78,7 @@ impl Rec {
         stats.handed_off = c("handed_off");
         stats.taken_over = c("taken_over");
         stats.abandoned = c("abandoned");
-        stats.timed_out = c("wait_timed_out");
+        stats.wait_timeouts = c("wait_timeouts");
         stats.failed = c("failed");
         stats
     }
@@ -147,7 +147,10 @@ async fn every_stat_is_a_counter_and_fills_and_waits_are_timed() {
         (stats.led, stats.joined, stats.handed_off, stats.taken_over),
         (4, 3, 2, 1)
     );
-    assert_eq!((stats.abandoned, stats.timed_out, stats.failed), (1, 1, 2));
+    assert_eq!(
+        (stats.abandoned, stats.wait_timeouts, stats.failed),
+        (1, 1, 2)
+    );
     // Finished leads: 1 and 2 (ok), 2's failure, 3's takeover and its stale leader, 4.
     let ok = rec.samples("coalesce_fill_duration_seconds{group=users,outcome=ok}");
     let failed = rec.samples("coalesce_fill_duration_seconds{group=users,outcome=failed}");

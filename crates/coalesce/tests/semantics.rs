@@ -235,7 +235,7 @@ async fn wait_timeout_ends_the_wait_but_not_the_flight() {
     let impatient = tokio::spawn(async move { g.run(1, || async { Ok(0) }).await });
     // The paused clock auto-advances once every task is idle.
     assert_eq!(impatient.await.unwrap(), Err(FlightError::WaitTimedOut));
-    assert_eq!(group.stats().timed_out, 1);
+    assert_eq!(group.stats().wait_timeouts, 1);
     assert_eq!(group.in_flight(), 1, "the flight goes on");
     let g = group.clone();
     let patient = tokio::spawn(async move { g.run(1, || async { Ok(0) }).await });
