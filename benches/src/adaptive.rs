@@ -67,6 +67,9 @@ pub struct Sketch {
     doorkeeper: bool,
     /// Count toward aging only records that raised a counter (as moka and Caffeine do).
     pub count_added_only: bool,
+    /// Conservative update (raise only the minimal counters); off raises all four, as moka
+    /// and Caffeine do.
+    pub conservative: bool,
 }
 
 impl Sketch {
@@ -86,6 +89,7 @@ impl Sketch {
             sample_size: period * capacity.max(16) as u64,
             doorkeeper,
             count_added_only: false,
+            conservative: true,
         }
     }
 
@@ -120,10 +124,11 @@ impl Sketch {
         if seen {
             let slots: [usize; ROWS] = std::array::from_fn(|r| self.slot(hash, r));
             let min = slots.iter().map(|&s| self.count(s)).min().unwrap_or(0);
-            if min < MAX_COUNT {
-                added = true;
+            if min < MAX_COUNT || !self.conservative {
                 for &s in &slots {
-                    if self.count(s) == min {
+                    let c = self.count(s);
+                    if c < MAX_COUNT && (c == min || !self.conservative) {
+                        added = true;
                         self.counters[s / PER_WORD] += 1 << ((s % PER_WORD) * 4);
                     }
                 }
@@ -134,12 +139,17 @@ impl Sketch {
         }
         self.records += 1;
         if self.records == self.sample_size {
-            for w in &mut self.counters {
-                *w = (*w >> 1) & HALVE_MASK;
-            }
-            self.door.iter_mut().for_each(|w| *w = 0);
-            self.records = 0;
+            self.halve();
         }
+    }
+
+    /// Ages every counter by half and clears the doorkeeper (what a full aging period does).
+    pub fn halve(&mut self) {
+        for w in &mut self.counters {
+            *w = (*w >> 1) & HALVE_MASK;
+        }
+        self.door.iter_mut().for_each(|w| *w = 0);
+        self.records = 0;
     }
 
     /// Estimated recent request count (0..=16).
@@ -417,6 +427,8 @@ pub struct Config {
     pub lfu_pick: usize,
     /// Sketch aging counts only records that raised a counter.
     pub count_added_only: bool,
+    /// The sketch's conservative update (see [`Sketch::conservative`]).
+    pub conservative: bool,
     /// Density guard for a window: every `guard x capacity` requests, if the window earned fewer
     /// hits per entry than the main space, shrink it by Caffeine's density step (never grow it);
     /// 0 is off. It sees what ghosts cannot: a window holding a loop earns nothing and has no
@@ -438,6 +450,19 @@ pub struct Config {
     /// A victim that wins its duel goes back to the pool (else it leaves the pool, as in the
     /// store, and the next eviction duels another candidate).
     pub keep_winner: bool,
+    /// Phase-change reset: every `capacity` requests, if the hit ratio of the period fell by
+    /// more than this (a share: 0.2 is 20 points) below the previous period's, the sketch is
+    /// halved `reset_halvings` times at once (the old hot keys' counts would otherwise refuse
+    /// the new hot set for up to a whole aging period); 0 is off. Caffeine's hill climber
+    /// restarts on the same signal.
+    pub reset_drop: f64,
+    /// Halvings per detected phase change (4 clears a 4-bit counter).
+    pub reset_halvings: u32,
+    /// Idle decay: in a duel, a main victim's frequency is halved for every `idle x capacity`
+    /// requests since its stamp was last rewritten (0 is off). A hot set that moved on leaves
+    /// entries whose counts say "hot" until the sketch ages (64 x capacity records); their
+    /// idle time says otherwise at once, without touching the shared sketch.
+    pub idle: f64,
     /// The policy.
     pub mode: Mode,
 }
@@ -458,12 +483,16 @@ impl Config {
             ghost_ratio: 1.0,
             lfu_pick: 1,
             count_added_only: false,
+            conservative: true,
             keep_winner: true,
             slru: false,
             slru_share: 0.8,
             scale_step: false,
             guard: 0.0,
             guard_below: 0.0,
+            reset_drop: 0.0,
+            reset_halvings: 4,
+            idle: 0.0,
             mode,
         }
     }
@@ -598,6 +627,10 @@ pub struct Adaptive {
     pending: Vec<u64>,
     /// Moving average of the protected fraction of sampled main entries.
     protected_share: f64,
+    /// Phase detector: (requests, hits) this period, and the previous period's hit ratio.
+    phase: (u64, u64, Option<f64>),
+    /// Phase changes detected so far.
+    pub resets: u64,
 }
 
 impl Adaptive {
@@ -634,6 +667,7 @@ impl Adaptive {
             clock: 0,
             sketch: Sketch {
                 count_added_only: cfg.count_added_only,
+                conservative: cfg.conservative,
                 ..Sketch::new(capacity, cfg.sketch_period, cfg.doorkeeper)
             },
             ghosts: Ghosts::new((capacity as f64 * cfg.ghost_ratio) as usize),
@@ -654,6 +688,8 @@ impl Adaptive {
             protected_len: 0,
             pending: Vec::new(),
             protected_share: 0.0,
+            phase: (0, 0, None),
+            resets: 0,
         }
     }
 
@@ -772,6 +808,18 @@ impl Adaptive {
         Some(best.1)
     }
 
+    /// A main victim's frequency in a duel: the sketch's estimate, halved for every
+    /// `idle x capacity` requests since its last recorded hit (`Config::idle`).
+    fn victim_frequency(&self, v: usize) -> u8 {
+        let f = self.sketch.frequency(self.slots[v].hash);
+        if self.cfg.idle <= 0.0 {
+            return f;
+        }
+        let unit = (self.cfg.idle * self.capacity as f64).max(1.0);
+        let halvings = ((self.clock - self.slots[v].stamp) as f64 / unit) as u32;
+        f.checked_shr(halvings).unwrap_or(0)
+    }
+
     fn put_back(&mut self, idx: usize) {
         let e = self.slots[idx];
         let seg = if e.window { WINDOW } else { MAIN };
@@ -854,7 +902,7 @@ impl Adaptive {
                     match (c, v) {
                         (Some(c), Some(v)) => {
                             let fc = self.sketch.frequency(self.slots[c].hash);
-                            let fv = self.sketch.frequency(self.slots[v].hash);
+                            let fv = self.victim_frequency(v);
                             if fc > fv {
                                 self.slots[c].window = false;
                                 self.window_len -= 1;
@@ -869,7 +917,7 @@ impl Adaptive {
                         }
                         (None, Some(v)) => {
                             let fresh = self.sketch.frequency(hash);
-                            if fresh > self.sketch.frequency(self.slots[v].hash) {
+                            if fresh > self.victim_frequency(v) {
                                 // Proven already: it joins the main space, so the window
                                 // stays at its target.
                                 self.replace(v, key, hash, false, GhostKind::Main);
@@ -1025,6 +1073,24 @@ impl Policy for Adaptive {
                     self.nudge(e.signum() * (0.03 * e.abs()).min(0.30));
                 }
                 self.density = (0, 0, 0);
+            }
+        }
+        if self.cfg.reset_drop > 0.0 && self.uses_sketch() {
+            self.phase.0 += 1;
+            self.phase.1 += u64::from(hit);
+            if self.phase.0 >= self.capacity.max(1) as u64 {
+                let rate = self.phase.1 as f64 / self.phase.0 as f64;
+                if self
+                    .phase
+                    .2
+                    .is_some_and(|prev| prev - rate > self.cfg.reset_drop)
+                {
+                    for _ in 0..self.cfg.reset_halvings {
+                        self.sketch.halve();
+                    }
+                    self.resets += 1;
+                }
+                self.phase = (0, 0, Some(rate));
             }
         }
         if let Some(c) = &mut self.climber {

@@ -7,8 +7,9 @@
 //! [--peer-cache FILE] [--trace-dir DIR] [--seed N]` (N seeds the candidates' sampling; 42)
 //!
 //! NAME: OLTP P2 P3 P6 P12 zipf0.8 zipf1.0 zipf1.2 scan shift loop (default: OLTP and the
-//! zipfs). `scan`: zipf 1.0 with a one-time scan of 200K new keys mid-way; `shift`: zipf 1.0
-//! whose popular keys change every 100K requests; `loop`: a loop 10% longer than the cache.
+//! zipfs). `scan`, `shift` and `loop` are `hitratio`'s (`benches::workload`, same parameters):
+//! zipf 1.0 with a one-time scan of 100K new keys mixed in from the middle; zipf 1.0 whose
+//! popular keys move to a new set every 200K requests; a loop 10% longer than the cache.
 //!
 //! SPEC: a mode (`lru`, `tinylfu`, `bias`, `win`) and comma-separated options: `init=F`,
 //! `ghost=F` (ARC-style step per ghost hit), `climb=PERIOD/STEP` (Caffeine's hill climber),
@@ -19,7 +20,11 @@
 //! `keep=0|1` (a duel-winning victim stays pooled), `slru=0|1` and `share=F` (sampled SLRU
 //! main space and its protected share), `sshare=0|1` (that share estimated from the samples),
 //! `scale=0|1` (marginal step x capacity/1000), `hitbuf=N` (hits buffered, N at most, into the sketch at the next miss), `lfu=N` (least frequent of the N oldest
-//! main candidates), `added=0|1` (sketch aging counts only raising records).
+//! main candidates), `added=0|1` (sketch aging counts only raising records), `reset=F` and
+//! `halvings=N` (phase-change reset: the sketch halved N times, 4 by default, when a period of
+//! `capacity` requests hits F less, as a share, than the one before), `idle=F` (a duelling main
+//! victim's frequency halved per F x capacity requests since its last stamp), `cons=0|1` (the
+//! sketch's conservative update; 0 raises all four counters, as moka does).
 //! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
 //! candidate this lab recommends (the same as
 //! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`).
@@ -34,11 +39,17 @@ use std::path::PathBuf;
 use benches::adaptive::{Adapt, Adaptive, Config, Mode};
 use benches::policy::{ExactLru, MokaSync, Policy, QuickCache, SimResult, simulate};
 use benches::trace::{ARC_TRACES, ArcTrace, trace_dirs};
+use benches::workload::{looping, shifting_zipf, zipf_with_scan};
 use benches::zipf::Zipf;
 
 const PEERS: [&str; 3] = ["exact LRU", "quick_cache", "moka TinyLFU"];
 const ZIPF_KEYS: u64 = 100_000;
 const ZIPF_SEED: u64 = 0x5EED;
+/// `hitratio`'s adversarial workloads: a scan as long as the zipf key space (every other request
+/// from the middle on), a new hot set every 200K requests, a loop 10% longer than the cache.
+const SCAN_KEYS: usize = 100_000;
+const SHIFT_PERIOD: usize = 200_000;
+const LOOP_EXCESS: f64 = 1.1;
 
 fn usage() -> ! {
     eprintln!(
@@ -49,15 +60,26 @@ fn usage() -> ! {
 }
 
 fn parse_spec(spec: &str) -> Result<Config, String> {
-    if spec == "best" {
-        return Ok(Config::recommended());
-    }
     let mut parts = spec.split(',');
-    let mode = parts.next().unwrap_or_default();
+    let mut mode = parts.next().unwrap_or_default();
     let mut cfg = Config::store(Mode::Lru);
     let mut init = None;
     let mut adapt = Adapt::Fixed;
     let (mut min, mut max) = (0.0, 1.0);
+    if mode == "best" {
+        // `best` with options: the recommended candidate, options applied over it.
+        cfg = Config::recommended();
+        if let Mode::Window {
+            init: i,
+            adapt: a,
+            min: lo,
+            max: hi,
+        } = cfg.mode
+        {
+            (init, adapt, min, max) = (Some(i), a, lo, hi);
+        }
+        mode = "win";
+    }
     for opt in parts {
         let (k, v) = opt
             .split_once('=')
@@ -119,6 +141,10 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "keep" => cfg.keep_winner = n()? != 0,
             "lfu" => cfg.lfu_pick = n()? as usize,
             "ghosts" => cfg.ghost_ratio = f()?,
+            "reset" => cfg.reset_drop = f()?,
+            "idle" => cfg.idle = f()?,
+            "cons" => cfg.conservative = n()? != 0,
+            "halvings" => cfg.reset_halvings = n()? as u32,
             _ => return Err(format!("unknown option {k:?}")),
         }
     }
@@ -171,30 +197,24 @@ fn load(name: &str, dirs: &[PathBuf]) -> Result<Workload, String> {
         let s: f64 = exp.parse().map_err(|_| format!("bad exponent {name:?}"))?;
         return Ok(w(zipf_sizes, shared(zipf_keys(s, 2_000_000))));
     }
+    // The same workloads, with the same parameters, as `hitratio`'s (whose rows the docs quote).
+    let count = 2_000_000;
+    let zipf1 = || Zipf::new(ZIPF_KEYS, 1.0).map_err(|e| e.to_string());
     match name {
         "scan" => {
-            // 1M zipf requests, 200K never-seen keys in a row, 1M more zipf requests.
-            let mut keys = zipf_keys(1.0, 2_000_000);
-            let scan: Vec<u64> = (0..200_000u64).map(|i| 1_000_000_000 + i).collect();
-            keys.splice(1_000_000..1_000_000, scan);
+            let keys = zipf_with_scan(&zipf1()?, count, SCAN_KEYS, ZIPF_SEED);
             return Ok(w(zipf_sizes, shared(keys)));
         }
         "shift" => {
-            // The popular keys move to a fresh set every 100K requests.
-            let keys = zipf_keys(1.0, 2_000_000)
-                .into_iter()
-                .enumerate()
-                .map(|(i, k)| k + (i as u64 / 100_000) * 10_000_000)
-                .collect();
+            let keys = shifting_zipf(&zipf1()?, count, SHIFT_PERIOD, ZIPF_SEED);
             return Ok(w(zipf_sizes, shared(keys)));
         }
         "loop" => {
-            // A loop 10% longer than the cache, 1M requests.
             return Ok(w(
                 zipf_sizes,
-                Box::new(|size| {
-                    let len = (size + size / 10) as u64;
-                    Box::new((0..1_000_000u64).map(move |i| i % len))
+                Box::new(move |size| {
+                    let keys = looping((size as f64 * LOOP_EXCESS).ceil() as u64, count);
+                    Box::new(keys.into_iter())
                 }),
             ));
         }
@@ -342,7 +362,12 @@ fn main() {
             for (i, &size) in w.sizes.iter().enumerate() {
                 let mut model = Adaptive::new(size, *cfg, seed);
                 let v = simulate(&mut model, (w.keys)(size)).percent();
-                print!(" {v:.2} ({:+.2}) p={:.3} |", v - best[i], model.param());
+                print!(
+                    " {v:.2} ({:+.2}) p={:.3} r={} |",
+                    v - best[i],
+                    model.param(),
+                    model.resets
+                );
                 let cell = if w.sizes.len() > 1 {
                     format!("{} {size}", w.name)
                 } else {
