@@ -416,6 +416,9 @@ pub struct Config {
     /// find it full are dropped, as Caffeine's read buffer drops them. 0 records at once. This is
     /// the store's way to keep the sketch's writes off the hit path (a per-thread buffer).
     pub hit_buffer: usize,
+    /// With `hit_buffer`: a miss after a drain that dropped hits is recorded in the sketch
+    /// only with the probability a hit had of being kept (kept / hits since the last drain).
+    pub thin_misses: bool,
     /// Estimate the protected share from the eviction samples (a moving average of the
     /// protected fraction of sampled main entries) instead of an exact count, as a store that
     /// counts nothing on a hit must.
@@ -479,6 +482,7 @@ impl Config {
             doorkeeper: true,
             hit_record: 1,
             hit_buffer: 0,
+            thin_misses: false,
             slru_sampled_share: false,
             ghost_ratio: 1.0,
             lfu_pick: 1,
@@ -625,6 +629,8 @@ pub struct Adaptive {
     protected_len: usize,
     /// Buffered hit hashes (see `Config::hit_buffer`).
     pending: Vec<u64>,
+    /// Hits since the last drain, kept or dropped.
+    pending_hits: u64,
     /// Moving average of the protected fraction of sampled main entries.
     protected_share: f64,
     /// Phase detector: (requests, hits) this period, and the previous period's hit ratio.
@@ -687,6 +693,7 @@ impl Adaptive {
             ghost_hits: (0, 0),
             protected_len: 0,
             pending: Vec::new(),
+            pending_hits: 0,
             protected_share: 0.0,
             phase: (0, 0, None),
             resets: 0,
@@ -1000,6 +1007,7 @@ impl Policy for Adaptive {
                 e.stamp = self.clock;
             }
             if self.uses_sketch() && self.cfg.hit_buffer > 0 {
+                self.pending_hits += 1;
                 if self.pending.len() < self.cfg.hit_buffer {
                     self.pending.push(hash);
                 }
@@ -1012,10 +1020,19 @@ impl Policy for Adaptive {
             true
         } else {
             if self.uses_sketch() {
+                let (kept, hits) = (self.pending.len() as u64, self.pending_hits);
+                self.pending_hits = 0;
                 for h in std::mem::take(&mut self.pending) {
                     self.sketch.record(h);
                 }
-                self.sketch.record(hash);
+                // Thinning: when the buffer dropped hits, the miss is recorded with the
+                // probability a hit had of being kept, so the sketch sees hits and misses
+                // at the same rate (dropping only hits makes every miss look hotter than
+                // the entries that are hit in long runs).
+                let record = !self.cfg.thin_misses || hits <= kept || self.rng.below(hits) < kept;
+                if record {
+                    self.sketch.record(hash);
+                }
             }
             if self.capacity > 0 {
                 if let Some(kind) = self.ghosts.take(hash) {
@@ -1169,6 +1186,36 @@ mod tests {
         let looped = simulate(&mut p, (0..300_000u64).map(|i| i % 1100));
         assert!(looped.percent() > 80.0, "{}", looped.percent());
         assert!(p.param() < 0.1, "window share {}", p.param());
+    }
+
+    #[test]
+    fn idle_decay_lets_a_moved_hot_set_in_sooner() {
+        // A zipf hot set that moves to new keys every 40 x the capacity: the old hot keys keep
+        // their sketch counts for 64 x capacity records, so without the decay the new hot set
+        // is refused for most of each phase.
+        let zipf = crate::zipf::Zipf::new(10_000, 1.0).expect("zipf");
+        let keys = crate::workload::shifting_zipf(&zipf, 400_000, 20_000, 5);
+        let plain = simulate(
+            &mut Adaptive::new(500, Config::recommended(), 1),
+            keys.iter().copied(),
+        );
+        let decayed = simulate(
+            &mut Adaptive::new(
+                500,
+                Config {
+                    idle: 8.0,
+                    ..Config::recommended()
+                },
+                1,
+            ),
+            keys.iter().copied(),
+        );
+        assert!(
+            decayed.percent() > plain.percent() + 1.0,
+            "{} {}",
+            decayed.percent(),
+            plain.percent()
+        );
     }
 
     #[test]

@@ -24,7 +24,8 @@
 //! `halvings=N` (phase-change reset: the sketch halved N times, 4 by default, when a period of
 //! `capacity` requests hits F less, as a share, than the one before), `idle=F` (a duelling main
 //! victim's frequency halved per F x capacity requests since its last stamp), `cons=0|1` (the
-//! sketch's conservative update; 0 raises all four counters, as moka does).
+//! sketch's conservative update; 0 raises all four counters, as moka does), `thin=0|1` (with
+//! `hitbuf`, a miss is recorded with the probability a buffered hit had of being kept).
 //! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
 //! candidate this lab recommends (the same as
 //! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`).
@@ -144,6 +145,7 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "reset" => cfg.reset_drop = f()?,
             "idle" => cfg.idle = f()?,
             "cons" => cfg.conservative = n()? != 0,
+            "thin" => cfg.thin_misses = n()? != 0,
             "halvings" => cfg.reset_halvings = n()? as u32,
             _ => return Err(format!("unknown option {k:?}")),
         }
