@@ -76,7 +76,12 @@ impl Sketch {
     /// Sized like the store's: four counters per row per entry of capacity; halves every
     /// `period x capacity` records (the store uses 32).
     pub fn new(capacity: usize, period: u64, doorkeeper: bool) -> Self {
-        let width = (capacity.saturating_mul(4))
+        Self::with_width(capacity, period, doorkeeper, 4)
+    }
+
+    /// As [`new`](Self::new) with `per_entry` counters per row per entry of capacity.
+    pub fn with_width(capacity: usize, period: u64, doorkeeper: bool, per_entry: usize) -> Self {
+        let width = (capacity.saturating_mul(per_entry))
             .clamp(64, 1 << 26)
             .next_power_of_two();
         let door_bits = width * 8;
@@ -141,6 +146,12 @@ impl Sketch {
         if self.records == self.sample_size {
             self.halve();
         }
+    }
+
+    /// Ages no more often than every `records` records (a floor under `period x capacity`).
+    pub fn with_min_period(mut self, records: u64) -> Self {
+        self.sample_size = self.sample_size.max(records);
+        self
     }
 
     /// Ages every counter by half and clears the doorkeeper (what a full aging period does).
@@ -432,6 +443,12 @@ pub struct Config {
     pub count_added_only: bool,
     /// The sketch's conservative update (see [`Sketch::conservative`]).
     pub conservative: bool,
+    /// Sketch counters per row per entry of capacity (the store's: 4).
+    pub sketch_width: usize,
+    /// A floor under the sketch's aging period, in records (0: none). Four-bit counters rank
+    /// a low-skew tail only with enough records between halvings, which `period x capacity`
+    /// does not give a small cache when the period is short.
+    pub sketch_min_records: u64,
     /// Density guard for a window: every `guard x capacity` requests, if the window earned fewer
     /// hits per entry than the main space, shrink it by Caffeine's density step (never grow it);
     /// 0 is off. It sees what ghosts cannot: a window holding a loop earns nothing and has no
@@ -440,6 +457,10 @@ pub struct Config {
     /// The guard fires only when `ln(window density / main density)` is below this (0: whenever
     /// the window earns less per entry; -2: only when it earns under 1/e^2 as much).
     pub guard_below: f64,
+    /// The guard also grows the window (by the same step) when `ln(window density / main
+    /// density)` exceeds this; 0 is off. After a hot set moves, main's entries stop earning
+    /// while the window's newcomers earn: recency is what pays.
+    pub guard_above: f64,
     /// Sampled SLRU in the main space: a main entry hit since it joined is protected (ranks
     /// after every unprotected one); while protected entries exceed 80% of the main space, each
     /// eviction demotes the oldest protected entry of its sample.
@@ -453,14 +474,27 @@ pub struct Config {
     /// A victim that wins its duel goes back to the pool (else it leaves the pool, as in the
     /// store, and the next eviction duels another candidate).
     pub keep_winner: bool,
+    /// As `keep_winner`, for duels against a newcomer only (no window entry in the pool).
+    pub keep_newcomer_winner: bool,
+    /// A victim that wins its duel by at most this much (in sketch counts) stays pooled
+    /// (duels it keeps winning on a tie are the loop's: the same victim should keep refusing);
+    /// -1 is off.
+    pub keep_margin: i8,
     /// Phase-change reset: every `capacity` requests, if the hit ratio of the period fell by
     /// more than this (a share: 0.2 is 20 points) below the previous period's, the sketch is
     /// halved `reset_halvings` times at once (the old hot keys' counts would otherwise refuse
     /// the new hot set for up to a whole aging period); 0 is off. Caffeine's hill climber
     /// restarts on the same signal.
     pub reset_drop: f64,
+    /// Phase-change reset on main's hits instead: a period whose hits on main entries fall
+    /// below this share of the previous period's (which had at least 5% of its requests hit
+    /// main) is a phase change; 0 is off.
+    pub reset_main_drop: f64,
     /// Halvings per detected phase change (4 clears a 4-bit counter).
     pub reset_halvings: u32,
+    /// On a detected phase change the window's share is raised to at least this (recency
+    /// wins right after the hot set moved; the guard and the ghosts bring it back down).
+    pub reset_window: f64,
     /// Idle decay: in a duel, a main victim's frequency is halved for every `idle x capacity`
     /// requests since its stamp was last rewritten (0 is off). A hot set that moved on leaves
     /// entries whose counts say "hot" until the sketch ages (64 x capacity records); their
@@ -488,14 +522,21 @@ impl Config {
             lfu_pick: 1,
             count_added_only: false,
             conservative: true,
+            sketch_width: 4,
+            sketch_min_records: 0,
             keep_winner: true,
+            keep_newcomer_winner: false,
+            keep_margin: -1,
             slru: false,
             slru_share: 0.8,
             scale_step: false,
             guard: 0.0,
             guard_below: 0.0,
+            guard_above: 0.0,
             reset_drop: 0.0,
             reset_halvings: 4,
+            reset_main_drop: 0.0,
+            reset_window: 0.0,
             idle: 0.0,
             mode,
         }
@@ -637,6 +678,12 @@ pub struct Adaptive {
     phase: (u64, u64, Option<f64>),
     /// Phase changes detected so far.
     pub resets: u64,
+    /// The largest the adaptive parameter has been.
+    pub max_param: f64,
+    /// Hits on main entries so far, at the last phase period's end, and in the period before.
+    main_hits_seen: u64,
+    main_hits_mark: u64,
+    main_hits_prev: u64,
 }
 
 impl Adaptive {
@@ -674,8 +721,14 @@ impl Adaptive {
             sketch: Sketch {
                 count_added_only: cfg.count_added_only,
                 conservative: cfg.conservative,
-                ..Sketch::new(capacity, cfg.sketch_period, cfg.doorkeeper)
-            },
+                ..Sketch::with_width(
+                    capacity,
+                    cfg.sketch_period,
+                    cfg.doorkeeper,
+                    cfg.sketch_width,
+                )
+            }
+            .with_min_period(cfg.sketch_min_records),
             ghosts: Ghosts::new((capacity as f64 * cfg.ghost_ratio) as usize),
             seq_ghosts: SeqGhosts::new(match cfg.mode {
                 Mode::Window {
@@ -697,6 +750,10 @@ impl Adaptive {
             protected_share: 0.0,
             phase: (0, 0, None),
             resets: 0,
+            max_param: 0.0,
+            main_hits_seen: 0,
+            main_hits_mark: 0,
+            main_hits_prev: 0,
         }
     }
 
@@ -719,6 +776,7 @@ impl Adaptive {
     fn nudge(&mut self, by: f64) {
         let (lo, hi) = self.bounds();
         self.param = (self.param + by).clamp(lo, hi);
+        self.max_param = self.max_param.max(self.param);
     }
 
     /// Reads the sample window into the per-segment pools.
@@ -916,7 +974,10 @@ impl Adaptive {
                                 self.put_back(c);
                                 self.replace(v, key, hash, true, GhostKind::Main);
                             } else {
-                                if self.cfg.keep_winner {
+                                if self.cfg.keep_winner
+                                    || i16::from(fv) - i16::from(fc)
+                                        <= i16::from(self.cfg.keep_margin)
+                                {
                                     self.put_back(v);
                                 }
                                 self.replace(c, key, hash, true, GhostKind::Filtered);
@@ -924,12 +985,17 @@ impl Adaptive {
                         }
                         (None, Some(v)) => {
                             let fresh = self.sketch.frequency(hash);
-                            if fresh > self.victim_frequency(v) {
+                            let fv = self.victim_frequency(v);
+                            if fresh > fv {
                                 // Proven already: it joins the main space, so the window
                                 // stays at its target.
                                 self.replace(v, key, hash, false, GhostKind::Main);
                             } else {
-                                if self.cfg.keep_winner {
+                                if self.cfg.keep_winner
+                                    || self.cfg.keep_newcomer_winner
+                                    || i16::from(fv) - i16::from(fresh)
+                                        <= i16::from(self.cfg.keep_margin)
+                                {
                                     self.put_back(v);
                                 }
                                 self.ghost(hash, GhostKind::Filtered);
@@ -998,6 +1064,7 @@ impl Policy for Adaptive {
                 self.density.1 += 1;
             } else {
                 self.density.2 += 1;
+                self.main_hits_seen += 1;
             }
             if self.cfg.slru && !e.window && !e.protected {
                 e.protected = true;
@@ -1086,24 +1153,36 @@ impl Policy for Adaptive {
                 let wlen = self.window_len.max(1) as f64;
                 let mlen = (self.slots.len() - self.window_len).max(1) as f64;
                 let e = ((wh as f64 + 0.5) / wlen / ((mh as f64 + 0.5) / mlen)).ln();
-                if !shrink_only || e < self.cfg.guard_below.min(0.0) {
+                let grow = self.cfg.guard_above > 0.0 && e > self.cfg.guard_above;
+                if !shrink_only || e < self.cfg.guard_below.min(0.0) || grow {
                     self.nudge(e.signum() * (0.03 * e.abs()).min(0.30));
                 }
                 self.density = (0, 0, 0);
             }
         }
-        if self.cfg.reset_drop > 0.0 && self.uses_sketch() {
+        if (self.cfg.reset_drop > 0.0 || self.cfg.reset_main_drop > 0.0) && self.uses_sketch() {
             self.phase.0 += 1;
             self.phase.1 += u64::from(hit);
             if self.phase.0 >= self.capacity.max(1) as u64 {
                 let rate = self.phase.1 as f64 / self.phase.0 as f64;
-                if self
-                    .phase
-                    .2
-                    .is_some_and(|prev| prev - rate > self.cfg.reset_drop)
-                {
+                let main_now = self.main_hits_seen - self.main_hits_mark;
+                self.main_hits_mark = self.main_hits_seen;
+                let main_prev = std::mem::replace(&mut self.main_hits_prev, main_now);
+                let collapsed = self.cfg.reset_main_drop > 0.0
+                    && main_prev as f64 >= 0.05 * self.phase.0 as f64
+                    && (main_now as f64) < self.cfg.reset_main_drop * main_prev as f64;
+                let dropped = self.cfg.reset_drop > 0.0
+                    && self
+                        .phase
+                        .2
+                        .is_some_and(|prev| prev - rate > self.cfg.reset_drop);
+                if collapsed || dropped {
                     for _ in 0..self.cfg.reset_halvings {
                         self.sketch.halve();
+                    }
+                    if self.cfg.reset_window > self.param {
+                        let by = self.cfg.reset_window - self.param;
+                        self.nudge(by);
                     }
                     self.resets += 1;
                 }

@@ -16,16 +16,22 @@
 //! `min=F`, `max=F` (window share bounds), `k=N`, `pool=N`, `res=N`, `period=N` (sketch aging,
 //! x capacity), `door=0|1`, `hitrec=N` (record 1 hit in N), `ghosts=F` (ghost slots per entry),
 //! `density=PERIOD` (Caffeine's density climber), `marginal=REACH/STEP[/DRIFT]` (per-region
-//! marginal ghosts), `guard=PERIOD` and `gb=F` (shrink-only density guard and its threshold),
-//! `keep=0|1` (a duel-winning victim stays pooled), `slru=0|1` and `share=F` (sampled SLRU
+//! marginal ghosts), `guard=PERIOD` and `gb=F` (shrink-only density guard and its threshold), `ga=F` (the guard also grows the window above
+//! this `ln` density ratio),
+//! `keep=0|1` (a duel-winning victim stays pooled), `keepn=0|1` (only after a duel against a
+//! newcomer), `keepm=N` (only a victim that won by at most N counts; -1 off), `slru=0|1` and `share=F` (sampled SLRU
 //! main space and its protected share), `sshare=0|1` (that share estimated from the samples),
 //! `scale=0|1` (marginal step x capacity/1000), `hitbuf=N` (hits buffered, N at most, into the sketch at the next miss), `lfu=N` (least frequent of the N oldest
 //! main candidates), `added=0|1` (sketch aging counts only raising records), `reset=F` and
 //! `halvings=N` (phase-change reset: the sketch halved N times, 4 by default, when a period of
-//! `capacity` requests hits F less, as a share, than the one before), `idle=F` (a duelling main
+//! `capacity` requests hits F less, as a share, than the one before), `rwin=F` (the window's
+//! share raised to at least F on such a phase change), `mdrop=F` (a phase change is a period
+//! whose hits on main entries fall below F x the previous period's), `idle=F` (a duelling main
 //! victim's frequency halved per F x capacity requests since its last stamp), `cons=0|1` (the
 //! sketch's conservative update; 0 raises all four counters, as moka does), `thin=0|1` (with
-//! `hitbuf`, a miss is recorded with the probability a buffered hit had of being kept).
+//! `hitbuf`, a miss is recorded with the probability a buffered hit had of being kept),
+//! `width=N` (sketch counters per row per entry of capacity; 4), `pmin=N` (the sketch ages no
+//! more often than every N records).
 //! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
 //! candidate this lab recommends (the same as
 //! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`).
@@ -134,18 +140,25 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "added" => cfg.count_added_only = n()? != 0,
             "guard" => cfg.guard = f()?,
             "gb" => cfg.guard_below = f()?,
+            "ga" => cfg.guard_above = f()?,
             "slru" => cfg.slru = n()? != 0,
             "share" => cfg.slru_share = f()?,
             "hitbuf" => cfg.hit_buffer = n()? as usize,
             "sshare" => cfg.slru_sampled_share = n()? != 0,
             "scale" => cfg.scale_step = n()? != 0,
             "keep" => cfg.keep_winner = n()? != 0,
+            "keepn" => cfg.keep_newcomer_winner = n()? != 0,
+            "keepm" => cfg.keep_margin = v.parse().map_err(|_| format!("bad margin in {opt:?}"))?,
             "lfu" => cfg.lfu_pick = n()? as usize,
             "ghosts" => cfg.ghost_ratio = f()?,
             "reset" => cfg.reset_drop = f()?,
             "idle" => cfg.idle = f()?,
+            "rwin" => cfg.reset_window = f()?,
+            "mdrop" => cfg.reset_main_drop = f()?,
             "cons" => cfg.conservative = n()? != 0,
             "thin" => cfg.thin_misses = n()? != 0,
+            "width" => cfg.sketch_width = n()?.max(1) as usize,
+            "pmin" => cfg.sketch_min_records = n()?,
             "halvings" => cfg.reset_halvings = n()? as u32,
             _ => return Err(format!("unknown option {k:?}")),
         }
@@ -365,9 +378,10 @@ fn main() {
                 let mut model = Adaptive::new(size, *cfg, seed);
                 let v = simulate(&mut model, (w.keys)(size)).percent();
                 print!(
-                    " {v:.2} ({:+.2}) p={:.3} r={} |",
+                    " {v:.2} ({:+.2}) p={:.3}^{:.3} r={} |",
                     v - best[i],
                     model.param(),
+                    model.max_param,
                     model.resets
                 );
                 let cell = if w.sizes.len() > 1 {
