@@ -500,6 +500,11 @@ pub struct Config {
     /// entries whose counts say "hot" until the sketch ages (64 x capacity records); their
     /// idle time says otherwise at once, without touching the shared sketch.
     pub idle: f64,
+    /// Staleness cap: in a duel, a main victim's count is capped at `stale x (records per
+    /// aging period) / (requests since its stamp)`, the most its idle time supports (0 is
+    /// off). A hot key that stopped coming is idle far beyond its count's expected gap; a
+    /// cold key that comes rarely is not.
+    pub stale: f64,
     /// The policy.
     pub mode: Mode,
 }
@@ -538,6 +543,7 @@ impl Config {
             reset_main_drop: 0.0,
             reset_window: 0.0,
             idle: 0.0,
+            stale: 0.0,
             mode,
         }
     }
@@ -876,12 +882,20 @@ impl Adaptive {
     /// A main victim's frequency in a duel: the sketch's estimate, halved for every
     /// `idle x capacity` requests since its last recorded hit (`Config::idle`).
     fn victim_frequency(&self, v: usize) -> u8 {
-        let f = self.sketch.frequency(self.slots[v].hash);
+        let mut f = self.sketch.frequency(self.slots[v].hash);
+        let idle = (self.clock - self.slots[v].stamp).max(1) as f64;
+        if self.cfg.stale > 0.0 {
+            // An entry idle far longer than its count's expected gap (records per aging period
+            // / count) no longer comes at that rate: its count is capped at what its idle
+            // time supports.
+            let supported = self.cfg.stale * self.sketch.sample_size as f64 / idle;
+            f = f.min(supported.min(255.0) as u8);
+        }
         if self.cfg.idle <= 0.0 {
             return f;
         }
         let unit = (self.cfg.idle * self.capacity as f64).max(1.0);
-        let halvings = ((self.clock - self.slots[v].stamp) as f64 / unit) as u32;
+        let halvings = (idle / unit) as u32;
         f.checked_shr(halvings).unwrap_or(0)
     }
 
