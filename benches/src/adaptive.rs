@@ -505,6 +505,19 @@ pub struct Config {
     /// off). A hot key that stopped coming is idle far beyond its count's expected gap; a
     /// cold key that comes rarely is not.
     pub stale: f64,
+    /// Momentum for marginal ghosts: each counted ghost hit in the same direction as the
+    /// previous one multiplies the step by this (up to `accel_cap x capacity` entries); one in
+    /// the other direction resets it to 1. 0 or 1 is off.
+    pub accel: f64,
+    /// The most a momentum step moves, as a share of the capacity.
+    pub accel_cap: f64,
+    /// Density veto: ghosts may not grow a window that earned fewer hits per entry than main
+    /// in the guard's last period, and momentum builds only while it earned more.
+    pub veto: bool,
+    /// Dead band: the window holds `share - dead_band` of the capacity (never below 0), so
+    /// ghost evidence must first add up to this share before any newcomer is let in by
+    /// recency alone; 0 is off.
+    pub dead_band: f64,
     /// The policy.
     pub mode: Mode,
 }
@@ -541,6 +554,10 @@ impl Config {
             reset_drop: 0.0,
             reset_halvings: 4,
             reset_main_drop: 0.0,
+            dead_band: 0.0,
+            accel: 0.0,
+            accel_cap: 0.01,
+            veto: false,
             reset_window: 0.0,
             idle: 0.0,
             stale: 0.0,
@@ -686,6 +703,11 @@ pub struct Adaptive {
     pub resets: u64,
     /// The largest the adaptive parameter has been.
     pub max_param: f64,
+    /// Momentum of the marginal-ghost step (`Config::accel`) and the direction of its run.
+    momentum: f64,
+    run_up: Option<bool>,
+    /// The density guard's last `ln(window density / main density)` (0 when unmeasured).
+    last_density: f64,
     /// Hits on main entries so far, at the last phase period's end, and in the period before.
     main_hits_seen: u64,
     main_hits_mark: u64,
@@ -757,6 +779,9 @@ impl Adaptive {
             phase: (0, 0, None),
             resets: 0,
             max_param: 0.0,
+            momentum: 1.0,
+            run_up: None,
+            last_density: 0.0,
             main_hits_seen: 0,
             main_hits_mark: 0,
             main_hits_prev: 0,
@@ -974,7 +999,8 @@ impl Adaptive {
                 }
             }
             Mode::Window { .. } => {
-                let target = (self.param * self.capacity as f64).round() as usize;
+                let share = (self.param - self.cfg.dead_band).max(0.0);
+                let target = (share * self.capacity as f64).round() as usize;
                 if self.window_len >= target {
                     let c = self.settle(WINDOW);
                     let v = self.main_victim();
@@ -1136,8 +1162,30 @@ impl Policy for Adaptive {
                         } else {
                             1.0
                         };
-                        let by = step * scale / self.capacity as f64;
-                        self.nudge(if kind == GhostKind::Filtered { by } else { -by });
+                        let up = kind == GhostKind::Filtered;
+                        // Veto: while the window earned fewer hits per entry than main in
+                        // the last guard period, ghosts may not grow it.
+                        let vetoed = up && self.cfg.veto && self.last_density < 0.0;
+                        if vetoed {
+                            self.momentum = 1.0;
+                            self.run_up = None;
+                        } else if self.cfg.accel > 1.0
+                            && (!self.cfg.veto || self.last_density > 0.0)
+                        {
+                            // Momentum: a run of ghost hits that all ask the same way moves
+                            // faster and faster; one the other way starts over.
+                            if self.run_up == Some(up) {
+                                let cap = (self.cfg.accel_cap * self.capacity as f64).max(1.0);
+                                self.momentum = (self.momentum * self.cfg.accel).min(cap);
+                            } else {
+                                self.momentum = 1.0;
+                                self.run_up = Some(up);
+                            }
+                        }
+                        let by = step * scale * self.momentum / self.capacity as f64;
+                        if !vetoed {
+                            self.nudge(if up { by } else { -by });
+                        }
                     }
                 }
                 if self.slots.len() < self.capacity {
@@ -1167,6 +1215,12 @@ impl Policy for Adaptive {
                 let wlen = self.window_len.max(1) as f64;
                 let mlen = (self.slots.len() - self.window_len).max(1) as f64;
                 let e = ((wh as f64 + 0.5) / wlen / ((mh as f64 + 0.5) / mlen)).ln();
+                // Too small a window to measure (under 0.5% of the capacity) says nothing.
+                self.last_density = if (self.window_len as f64) < 0.005 * self.capacity as f64 {
+                    0.0
+                } else {
+                    e
+                };
                 let grow = self.cfg.guard_above > 0.0 && e > self.cfg.guard_above;
                 if !shrink_only || e < self.cfg.guard_below.min(0.0) || grow {
                     self.nudge(e.signum() * (0.03 * e.abs()).min(0.30));

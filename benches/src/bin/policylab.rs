@@ -32,7 +32,10 @@
 //! sketch's conservative update; 0 raises all four counters, as moka does), `thin=0|1` (with
 //! `hitbuf`, a miss is recorded with the probability a buffered hit had of being kept),
 //! `width=N` (sketch counters per row per entry of capacity; 4), `pmin=N` (the sketch ages no
-//! more often than every N records).
+//! more often than every N records), `dead=F` (the window holds its share less F),
+//! `accel=F` and `acap=F` (marginal-ghost momentum: x F per same-way ghost hit, at most F of the
+//! capacity per hit), `veto=0|1` (no ghost growth while the window earned less per entry than
+//! main in the guard's last period; momentum only while it earned more).
 //! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
 //! candidate this lab recommends (the same as
 //! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`).
@@ -161,6 +164,10 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "thin" => cfg.thin_misses = n()? != 0,
             "width" => cfg.sketch_width = n()?.max(1) as usize,
             "pmin" => cfg.sketch_min_records = n()?,
+            "dead" => cfg.dead_band = f()?,
+            "accel" => cfg.accel = f()?,
+            "acap" => cfg.accel_cap = f()?,
+            "veto" => cfg.veto = n()? != 0,
             "halvings" => cfg.reset_halvings = n()? as u32,
             _ => return Err(format!("unknown option {k:?}")),
         }
