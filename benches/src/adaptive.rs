@@ -593,6 +593,27 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The best candidate this lab found after `recommended()` (issue 17; not in the store):
+    /// `recommended()` with a sticky main victim (`keep_winner`: a victim that wins its duel
+    /// stays pooled, as moka's LRU head stays put) picked as the least frequent of the 4 oldest
+    /// main candidates (`lfu_pick`), a sketch aged every 24 x capacity raising records
+    /// (`count_added_only`), a window that holds its ghost-driven share less 8% of the capacity
+    /// (`dead_band`), and a duelling victim's count halved per 8 x capacity requests of
+    /// idleness (`idle`). `policylab --cand next`.
+    pub fn next() -> Self {
+        Self {
+            keep_winner: true,
+            lfu_pick: 4,
+            count_added_only: true,
+            sketch_period: 24,
+            dead_band: 0.08,
+            idle: 8.0,
+            ..Self::recommended()
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     key: u64,
@@ -1192,7 +1213,8 @@ impl Policy for Adaptive {
                     // While filling, the window takes its share and the rest goes to main
                     // (as Caffeine moves window overflow to probation before the cache is full).
                     let window = matches!(self.cfg.mode, Mode::Window { .. })
-                        && (self.window_len as f64) < self.param * self.capacity as f64;
+                        && (self.window_len as f64)
+                            < (self.param - self.cfg.dead_band).max(0.0) * self.capacity as f64;
                     self.push(key, hash, window);
                 } else {
                     self.evict_for(key, hash);
@@ -1363,6 +1385,32 @@ mod tests {
             decayed.percent(),
             plain.percent()
         );
+    }
+
+    #[test]
+    fn next_keeps_refusing_a_loops_newcomers_where_recommended_lets_them_churn() {
+        // A loop 10% longer than the cache: a static set of 1,000 of the 1,100 keys hits
+        // 1000/1100 = 90.9%. `next` keeps refusing the loop's newcomers; `recommended` lets
+        // some in after sketch halvings, each evicting a key needed sooner.
+        let keys = || crate::workload::looping(1100, 2_000_000);
+        let next = simulate(&mut Adaptive::new(1000, Config::next(), 42), keys()).percent();
+        let churned =
+            simulate(&mut Adaptive::new(1000, Config::recommended(), 42), keys()).percent();
+        assert!(next > 90.5, "{next}");
+        assert!(next > churned + 0.5, "{next} {churned}");
+    }
+
+    #[test]
+    fn the_dead_band_keeps_a_small_ghost_driven_share_from_opening_the_window() {
+        let mut p = Adaptive::new(1000, Config::next(), 1);
+        p.param = 0.05;
+        let keys: Vec<u64> = (0..20_000u64).collect();
+        simulate(&mut p, keys.iter().copied());
+        assert_eq!(p.window_len, 0, "a 5% share is inside the 8% dead band");
+        let mut q = Adaptive::new(1000, Config::recommended(), 1);
+        q.param = 0.05;
+        simulate(&mut q, keys.iter().copied());
+        assert!(q.window_len > 0);
     }
 
     #[test]

@@ -38,7 +38,9 @@
 //! main in the guard's last period; momentum only while it earned more).
 //! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
 //! candidate this lab recommends (the same as
-//! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`).
+//! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`); `next` is
+//! `Config::next()`, the best candidate found since (`best,keep=1,lfu=4,added=1,period=24,
+//! dead=0.08,idle=8`). Either takes options after it: `--cand best,idle=8`.
 //!
 //! The peers' results do not depend on the candidates: `--peer-cache FILE` stores them and reuses
 //! them (moka's hashing is randomly seeded, so its cells move by up to about 0.4 point a run).
@@ -77,9 +79,13 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
     let mut init = None;
     let mut adapt = Adapt::Fixed;
     let (mut min, mut max) = (0.0, 1.0);
-    if mode == "best" {
-        // `best` with options: the recommended candidate, options applied over it.
-        cfg = Config::recommended();
+    if mode == "best" || mode == "next" {
+        // `best` (or `next`) with options: that candidate, options applied over it.
+        cfg = if mode == "best" {
+            Config::recommended()
+        } else {
+            Config::next()
+        };
         if let Mode::Window {
             init: i,
             adapt: a,
