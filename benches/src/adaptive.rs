@@ -505,6 +505,9 @@ pub struct Config {
     /// off). A hot key that stopped coming is idle far beyond its count's expected gap; a
     /// cold key that comes rarely is not.
     pub stale: f64,
+    /// A duel tied on counts goes to the newcomer when the victim has been idle longer than
+    /// this many capacities of requests (0: ties always go to the victim).
+    pub tie_idle: f64,
     /// Momentum for marginal ghosts: each counted ghost hit in the same direction as the
     /// previous one multiplies the step by this (up to `accel_cap x capacity` entries); one in
     /// the other direction resets it to 1. 0 or 1 is off.
@@ -561,6 +564,7 @@ impl Config {
             reset_window: 0.0,
             idle: 0.0,
             stale: 0.0,
+            tie_idle: 0.0,
             mode,
         }
     }
@@ -945,6 +949,13 @@ impl Adaptive {
         f.checked_shr(halvings).unwrap_or(0)
     }
 
+    /// Whether a tie goes to the newcomer: the victim has been idle longer than
+    /// `tie_idle x capacity` requests (`Config::tie_idle`).
+    fn stale_tie(&self, v: usize) -> bool {
+        self.cfg.tie_idle > 0.0
+            && (self.clock - self.slots[v].stamp) as f64 > self.cfg.tie_idle * self.capacity as f64
+    }
+
     fn put_back(&mut self, idx: usize) {
         let e = self.slots[idx];
         let seg = if e.window { WINDOW } else { MAIN };
@@ -1029,7 +1040,7 @@ impl Adaptive {
                         (Some(c), Some(v)) => {
                             let fc = self.sketch.frequency(self.slots[c].hash);
                             let fv = self.victim_frequency(v);
-                            if fc > fv {
+                            if fc > fv || (fc == fv && self.stale_tie(v)) {
                                 self.slots[c].window = false;
                                 self.window_len -= 1;
                                 self.put_back(c);
@@ -1047,7 +1058,7 @@ impl Adaptive {
                         (None, Some(v)) => {
                             let fresh = self.sketch.frequency(hash);
                             let fv = self.victim_frequency(v);
-                            if fresh > fv {
+                            if fresh > fv || (fresh == fv && self.stale_tie(v)) {
                                 // Proven already: it joins the main space, so the window
                                 // stays at its target.
                                 self.replace(v, key, hash, false, GhostKind::Main);

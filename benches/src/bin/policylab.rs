@@ -28,7 +28,8 @@
 //! share raised to at least F on such a phase change), `mdrop=F` (a phase change is a period
 //! whose hits on main entries fall below F x the previous period's), `idle=F` (a duelling main
 //! victim's frequency halved per F x capacity requests since its last stamp), `stale=F` (a
-//! duelling main victim's count capped at F x the sketch's aging period / its idle requests), `cons=0|1` (the
+//! duelling main victim's count capped at F x the sketch's aging period / its idle requests),
+//! `tie=F` (a tied duel goes to the newcomer when the victim has been idle F capacities), `cons=0|1` (the
 //! sketch's conservative update; 0 raises all four counters, as moka does), `thin=0|1` (with
 //! `hitbuf`, a miss is recorded with the probability a buffered hit had of being kept),
 //! `width=N` (sketch counters per row per entry of capacity; 4), `pmin=N` (the sketch ages no
@@ -164,6 +165,7 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "reset" => cfg.reset_drop = f()?,
             "idle" => cfg.idle = f()?,
             "stale" => cfg.stale = f()?,
+            "tie" => cfg.tie_idle = f()?,
             "rwin" => cfg.reset_window = f()?,
             "mdrop" => cfg.reset_main_drop = f()?,
             "cons" => cfg.conservative = n()? != 0,
