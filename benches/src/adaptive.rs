@@ -517,6 +517,11 @@ pub struct Config {
     /// Density veto: ghosts may not grow a window that earned fewer hits per entry than main
     /// in the guard's last period, and momentum builds only while it earned more.
     pub veto: bool,
+    /// One-sided growth: while under `fast_below` of the last ~64 counted ghost hits were
+    /// main victims', a window ghost moves the share `fast_mult` times as far (0 or 1: off).
+    pub fast_mult: f64,
+    /// See `fast_mult`.
+    pub fast_below: f64,
     /// Dead band: the window holds `share - dead_band` of the capacity (never below 0), so
     /// ghost evidence must first add up to this share before any newcomer is let in by
     /// recency alone; 0 is off.
@@ -559,6 +564,8 @@ impl Config {
             reset_main_drop: 0.0,
             dead_band: 0.0,
             accel: 0.0,
+            fast_mult: 0.0,
+            fast_below: 0.05,
             accel_cap: 0.01,
             veto: false,
             reset_window: 0.0,
@@ -733,6 +740,8 @@ pub struct Adaptive {
     run_up: Option<bool>,
     /// The density guard's last `ln(window density / main density)` (0 when unmeasured).
     last_density: f64,
+    /// Moving average (1/64) of the main share of counted ghost hits.
+    main_ghost_share: f64,
     /// Hits on main entries so far, at the last phase period's end, and in the period before.
     main_hits_seen: u64,
     main_hits_mark: u64,
@@ -807,6 +816,7 @@ impl Adaptive {
             momentum: 1.0,
             run_up: None,
             last_density: 0.0,
+            main_ghost_share: 0.5,
             main_hits_seen: 0,
             main_hits_mark: 0,
             main_hits_prev: 0,
@@ -1214,7 +1224,17 @@ impl Policy for Adaptive {
                                 self.run_up = Some(up);
                             }
                         }
-                        let by = step * scale * self.momentum / self.capacity as f64;
+                        let mut fast = 1.0;
+                        if self.cfg.fast_mult > 1.0 {
+                            // One-sided evidence: while main's victims almost never come back,
+                            // the window grows `fast_mult` times as fast.
+                            let x = if up { 0.0 } else { 1.0 };
+                            self.main_ghost_share += (x - self.main_ghost_share) / 64.0;
+                            if up && self.main_ghost_share < self.cfg.fast_below {
+                                fast = self.cfg.fast_mult;
+                            }
+                        }
+                        let by = step * scale * self.momentum * fast / self.capacity as f64;
                         if !vetoed {
                             self.nudge(if up { by } else { -by });
                         }

@@ -36,7 +36,9 @@
 //! more often than every N records), `dead=F` (the window holds its share less F),
 //! `accel=F` and `acap=F` (marginal-ghost momentum: x F per same-way ghost hit, at most F of the
 //! capacity per hit), `veto=0|1` (no ghost growth while the window earned less per entry than
-//! main in the guard's last period; momentum only while it earned more).
+//! main in the guard's last period; momentum only while it earned more), `fast=MULT/BELOW` (a
+//! window ghost moves MULT times as far while under BELOW of the last ~64 counted ghosts were
+//! main victims').
 //! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
 //! candidate this lab recommends (the same as
 //! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`); `next` is
@@ -176,6 +178,13 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "accel" => cfg.accel = f()?,
             "acap" => cfg.accel_cap = f()?,
             "veto" => cfg.veto = n()? != 0,
+            "fast" => {
+                let (m, b) = v
+                    .split_once('/')
+                    .ok_or_else(|| format!("fast wants MULT/BELOW, got {v:?}"))?;
+                cfg.fast_mult = m.parse().map_err(|_| format!("bad multiplier {m:?}"))?;
+                cfg.fast_below = b.parse().map_err(|_| format!("bad share {b:?}"))?;
+            }
             "halvings" => cfg.reset_halvings = n()? as u32,
             _ => return Err(format!("unknown option {k:?}")),
         }
