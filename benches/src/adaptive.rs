@@ -16,7 +16,15 @@
 //!   per cache entry), consulted only on a miss;
 //! - one adaptive number per shard (the window's target share, or an admission bias).
 //!
-//! [`Mode`] lists the candidates; `policylab` runs them next to the peers.
+//! Everything else a [`Config`] can switch on reads only what is already there: a duelling
+//! victim's idle time is its stamp's age (`idle`, `stale`, `tie_idle`), a sticky victim is a
+//! pool entry put back (`keep_winner`, `keep_margin`), the window's dead band, momentum, veto
+//! and phase resets are a few numbers per shard (`dead_band`, `accel`, `veto`, `fast_mult`,
+//! `reset_drop`, `reset_main_drop`).
+//!
+//! [`Mode`] lists the candidates; `policylab` runs them next to the peers. [`Config::recommended`]
+//! is what the store runs as `Admission::Adaptive`; [`Config::next`] is the best candidate found
+//! since (docs/benchmarks.md, issue 17), not in the store.
 
 use std::collections::HashMap;
 
