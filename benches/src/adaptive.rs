@@ -498,6 +498,9 @@ pub struct Config {
     /// below this share of the previous period's (which had at least 5% of its requests hit
     /// main) is a phase change; 0 is off.
     pub reset_main_drop: f64,
+    /// On a detected phase change, entries not hit since a capacity of requests before it
+    /// count 0 in a duel from then on (until hit), instead of (or beside) aging the sketch.
+    pub epoch: bool,
     /// Halvings per detected phase change (4 clears a 4-bit counter).
     pub reset_halvings: u32,
     /// On a detected phase change the window's share is raised to at least this (recency
@@ -570,6 +573,7 @@ impl Config {
             reset_drop: 0.0,
             reset_halvings: 4,
             reset_main_drop: 0.0,
+            epoch: false,
             dead_band: 0.0,
             accel: 0.0,
             fast_mult: 0.0,
@@ -750,6 +754,8 @@ pub struct Adaptive {
     last_density: f64,
     /// Moving average (1/64) of the main share of counted ghost hits.
     main_ghost_share: f64,
+    /// Entries whose stamp is older than this count 0 in a duel (`Config::epoch`).
+    epoch: u64,
     /// Hits on main entries so far, at the last phase period's end, and in the period before.
     main_hits_seen: u64,
     main_hits_mark: u64,
@@ -825,6 +831,7 @@ impl Adaptive {
             run_up: None,
             last_density: 0.0,
             main_ghost_share: 0.5,
+            epoch: 0,
             main_hits_seen: 0,
             main_hits_mark: 0,
             main_hits_prev: 0,
@@ -950,6 +957,10 @@ impl Adaptive {
     /// A main victim's frequency in a duel: the sketch's estimate, halved for every
     /// `idle x capacity` requests since its last recorded hit (`Config::idle`).
     fn victim_frequency(&self, v: usize) -> u8 {
+        if self.slots[v].stamp < self.epoch {
+            // Not hit since the last detected phase change (`Config::epoch`).
+            return 0;
+        }
         let mut f = self.sketch.frequency(self.slots[v].hash);
         let idle = (self.clock - self.slots[v].stamp).max(1) as f64;
         if self.cfg.stale > 0.0 {
@@ -1308,6 +1319,9 @@ impl Policy for Adaptive {
                 if collapsed || dropped {
                     for _ in 0..self.cfg.reset_halvings {
                         self.sketch.halve();
+                    }
+                    if self.cfg.epoch {
+                        self.epoch = self.clock.saturating_sub(self.capacity as u64);
                     }
                     if self.cfg.reset_window > self.param {
                         let by = self.cfg.reset_window - self.param;
