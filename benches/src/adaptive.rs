@@ -501,6 +501,9 @@ pub struct Config {
     /// On a detected phase change, entries not hit since a capacity of requests before it
     /// count 0 in a duel from then on (until hit), instead of (or beside) aging the sketch.
     pub epoch: bool,
+    /// A detected drop resets only if, this many periods later, the hit ratio is still below
+    /// the pre-drop level by half the threshold (0: at once).
+    pub confirm: u32,
     /// Halvings per detected phase change (4 clears a 4-bit counter).
     pub reset_halvings: u32,
     /// On a detected phase change the window's share is raised to at least this (recency
@@ -574,6 +577,7 @@ impl Config {
             reset_halvings: 4,
             reset_main_drop: 0.0,
             epoch: false,
+            confirm: 0,
             dead_band: 0.0,
             accel: 0.0,
             fast_mult: 0.0,
@@ -756,6 +760,8 @@ pub struct Adaptive {
     main_ghost_share: f64,
     /// Entries whose stamp is older than this count 0 in a duel (`Config::epoch`).
     epoch: u64,
+    /// An armed confirmation check: periods left, hit ratio before the drop.
+    pending_reset: Option<(u32, f64)>,
     /// Hits on main entries so far, at the last phase period's end, and in the period before.
     main_hits_seen: u64,
     main_hits_mark: u64,
@@ -832,6 +838,7 @@ impl Adaptive {
             last_density: 0.0,
             main_ghost_share: 0.5,
             epoch: 0,
+            pending_reset: None,
             main_hits_seen: 0,
             main_hits_mark: 0,
             main_hits_prev: 0,
@@ -1316,7 +1323,26 @@ impl Policy for Adaptive {
                         .phase
                         .2
                         .is_some_and(|prev| prev - rate > self.cfg.reset_drop);
-                if collapsed || dropped {
+                let mut fire = collapsed || dropped;
+                if self.cfg.confirm > 0 {
+                    // Confirmation: a drop arms a check `confirm` periods later, which fires
+                    // only if the hit ratio is still below the pre-drop level by half the
+                    // threshold (a phase that comes back has recovered by then).
+                    if let Some((left, before)) = self.pending_reset {
+                        if left <= 1 {
+                            fire = rate < before - self.cfg.reset_drop / 2.0;
+                            self.pending_reset = None;
+                        } else {
+                            self.pending_reset = Some((left - 1, before));
+                            fire = false;
+                        }
+                    } else if fire {
+                        let before = self.phase.2.unwrap_or(rate);
+                        self.pending_reset = Some((self.cfg.confirm, before));
+                        fire = false;
+                    }
+                }
+                if fire {
                     for _ in 0..self.cfg.reset_halvings {
                         self.sketch.halve();
                     }

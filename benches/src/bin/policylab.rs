@@ -27,7 +27,8 @@
 //! `capacity` requests hits F less, as a share, than the one before), `rwin=F` (the window's
 //! share raised to at least F on such a phase change), `mdrop=F` (a phase change is a period
 //! whose hits on main entries fall below F x the previous period's), `epoch=0|1` (on a phase
-//! change, entries not hit since count 0 in duels), `idle=F` (a duelling main
+//! change, entries not hit since count 0 in duels), `confirm=N` (a drop resets only if the hit
+//! ratio is still down N periods later), `idle=F` (a duelling main
 //! victim's frequency halved per F x capacity requests since its last stamp), `stale=F` (a
 //! duelling main victim's count capped at F x the sketch's aging period / its idle requests),
 //! `tie=F` (a tied duel goes to the newcomer when the victim has been idle F capacities), `cons=0|1` (the
@@ -172,6 +173,7 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "rwin" => cfg.reset_window = f()?,
             "mdrop" => cfg.reset_main_drop = f()?,
             "epoch" => cfg.epoch = n()? != 0,
+            "confirm" => cfg.confirm = n()? as u32,
             "cons" => cfg.conservative = n()? != 0,
             "thin" => cfg.thin_misses = n()? != 0,
             "width" => cfg.sketch_width = n()?.max(1) as usize,
