@@ -16,7 +16,15 @@
 //!   per cache entry), consulted only on a miss;
 //! - one adaptive number per shard (the window's target share, or an admission bias).
 //!
-//! [`Mode`] lists the candidates; `policylab` runs them next to the peers.
+//! Everything else a [`Config`] can switch on reads only what is already there: a duelling
+//! victim's idle time is its stamp's age (`idle`, `stale`, `tie_idle`), a sticky victim is a
+//! pool entry put back (`keep_winner`, `keep_margin`), the window's dead band, momentum, veto
+//! and phase resets are a few numbers per shard (`dead_band`, `accel`, `veto`, `fast_mult`,
+//! `reset_drop`, `reset_main_drop`).
+//!
+//! [`Mode`] lists the candidates; `policylab` runs them next to the peers. [`Config::recommended`]
+//! is what the store runs as `Admission::Adaptive`; [`Config::next`] is the best candidate found
+//! since (docs/benchmarks.md, issue 17), not in the store.
 
 use std::collections::HashMap;
 
@@ -67,13 +75,21 @@ pub struct Sketch {
     doorkeeper: bool,
     /// Count toward aging only records that raised a counter (as moka and Caffeine do).
     pub count_added_only: bool,
+    /// Conservative update (raise only the minimal counters); off raises all four, as moka
+    /// and Caffeine do.
+    pub conservative: bool,
 }
 
 impl Sketch {
     /// Sized like the store's: four counters per row per entry of capacity; halves every
     /// `period x capacity` records (the store uses 32).
     pub fn new(capacity: usize, period: u64, doorkeeper: bool) -> Self {
-        let width = (capacity.saturating_mul(4))
+        Self::with_width(capacity, period, doorkeeper, 4)
+    }
+
+    /// As [`new`](Self::new) with `per_entry` counters per row per entry of capacity.
+    pub fn with_width(capacity: usize, period: u64, doorkeeper: bool, per_entry: usize) -> Self {
+        let width = (capacity.saturating_mul(per_entry))
             .clamp(64, 1 << 26)
             .next_power_of_two();
         let door_bits = width * 8;
@@ -86,6 +102,7 @@ impl Sketch {
             sample_size: period * capacity.max(16) as u64,
             doorkeeper,
             count_added_only: false,
+            conservative: true,
         }
     }
 
@@ -120,10 +137,11 @@ impl Sketch {
         if seen {
             let slots: [usize; ROWS] = std::array::from_fn(|r| self.slot(hash, r));
             let min = slots.iter().map(|&s| self.count(s)).min().unwrap_or(0);
-            if min < MAX_COUNT {
-                added = true;
+            if min < MAX_COUNT || !self.conservative {
                 for &s in &slots {
-                    if self.count(s) == min {
+                    let c = self.count(s);
+                    if c < MAX_COUNT && (c == min || !self.conservative) {
+                        added = true;
                         self.counters[s / PER_WORD] += 1 << ((s % PER_WORD) * 4);
                     }
                 }
@@ -134,12 +152,23 @@ impl Sketch {
         }
         self.records += 1;
         if self.records == self.sample_size {
-            for w in &mut self.counters {
-                *w = (*w >> 1) & HALVE_MASK;
-            }
-            self.door.iter_mut().for_each(|w| *w = 0);
-            self.records = 0;
+            self.halve();
         }
+    }
+
+    /// Ages no more often than every `records` records (a floor under `period x capacity`).
+    pub fn with_min_period(mut self, records: u64) -> Self {
+        self.sample_size = self.sample_size.max(records);
+        self
+    }
+
+    /// Ages every counter by half and clears the doorkeeper (what a full aging period does).
+    pub fn halve(&mut self) {
+        for w in &mut self.counters {
+            *w = (*w >> 1) & HALVE_MASK;
+        }
+        self.door.iter_mut().for_each(|w| *w = 0);
+        self.records = 0;
     }
 
     /// Estimated recent request count (0..=16).
@@ -406,6 +435,9 @@ pub struct Config {
     /// find it full are dropped, as Caffeine's read buffer drops them. 0 records at once. This is
     /// the store's way to keep the sketch's writes off the hit path (a per-thread buffer).
     pub hit_buffer: usize,
+    /// With `hit_buffer`: a miss after a drain that dropped hits is recorded in the sketch
+    /// only with the probability a hit had of being kept (kept / hits since the last drain).
+    pub thin_misses: bool,
     /// Estimate the protected share from the eviction samples (a moving average of the
     /// protected fraction of sampled main entries) instead of an exact count, as a store that
     /// counts nothing on a hit must.
@@ -417,6 +449,14 @@ pub struct Config {
     pub lfu_pick: usize,
     /// Sketch aging counts only records that raised a counter.
     pub count_added_only: bool,
+    /// The sketch's conservative update (see [`Sketch::conservative`]).
+    pub conservative: bool,
+    /// Sketch counters per row per entry of capacity (the store's: 4).
+    pub sketch_width: usize,
+    /// A floor under the sketch's aging period, in records (0: none). Four-bit counters rank
+    /// a low-skew tail only with enough records between halvings, which `period x capacity`
+    /// does not give a small cache when the period is short.
+    pub sketch_min_records: u64,
     /// Density guard for a window: every `guard x capacity` requests, if the window earned fewer
     /// hits per entry than the main space, shrink it by Caffeine's density step (never grow it);
     /// 0 is off. It sees what ghosts cannot: a window holding a loop earns nothing and has no
@@ -425,6 +465,10 @@ pub struct Config {
     /// The guard fires only when `ln(window density / main density)` is below this (0: whenever
     /// the window earns less per entry; -2: only when it earns under 1/e^2 as much).
     pub guard_below: f64,
+    /// The guard also grows the window (by the same step) when `ln(window density / main
+    /// density)` exceeds this; 0 is off. After a hot set moves, main's entries stop earning
+    /// while the window's newcomers earn: recency is what pays.
+    pub guard_above: f64,
     /// Sampled SLRU in the main space: a main entry hit since it joined is protected (ranks
     /// after every unprotected one); while protected entries exceed 80% of the main space, each
     /// eviction demotes the oldest protected entry of its sample.
@@ -438,6 +482,64 @@ pub struct Config {
     /// A victim that wins its duel goes back to the pool (else it leaves the pool, as in the
     /// store, and the next eviction duels another candidate).
     pub keep_winner: bool,
+    /// As `keep_winner`, for duels against a newcomer only (no window entry in the pool).
+    pub keep_newcomer_winner: bool,
+    /// A victim that wins its duel by at most this much (in sketch counts) stays pooled
+    /// (duels it keeps winning on a tie are the loop's: the same victim should keep refusing);
+    /// -1 is off.
+    pub keep_margin: i8,
+    /// Phase-change reset: every `capacity` requests, if the hit ratio of the period fell by
+    /// more than this (a share: 0.2 is 20 points) below the previous period's, the sketch is
+    /// halved `reset_halvings` times at once (the old hot keys' counts would otherwise refuse
+    /// the new hot set for up to a whole aging period); 0 is off. Caffeine's hill climber
+    /// restarts on the same signal.
+    pub reset_drop: f64,
+    /// Phase-change reset on main's hits instead: a period whose hits on main entries fall
+    /// below this share of the previous period's (which had at least 5% of its requests hit
+    /// main) is a phase change; 0 is off.
+    pub reset_main_drop: f64,
+    /// On a detected phase change, entries not hit since a capacity of requests before it
+    /// count 0 in a duel from then on (until hit), instead of (or beside) aging the sketch.
+    pub epoch: bool,
+    /// A detected drop resets only if, this many periods later, the hit ratio is still below
+    /// the pre-drop level by half the threshold (0: at once).
+    pub confirm: u32,
+    /// Halvings per detected phase change (4 clears a 4-bit counter).
+    pub reset_halvings: u32,
+    /// On a detected phase change the window's share is raised to at least this (recency
+    /// wins right after the hot set moved; the guard and the ghosts bring it back down).
+    pub reset_window: f64,
+    /// Idle decay: in a duel, a main victim's frequency is halved for every `idle x capacity`
+    /// requests since its stamp was last rewritten (0 is off). A hot set that moved on leaves
+    /// entries whose counts say "hot" until the sketch ages (64 x capacity records); their
+    /// idle time says otherwise at once, without touching the shared sketch.
+    pub idle: f64,
+    /// Staleness cap: in a duel, a main victim's count is capped at `stale x (records per
+    /// aging period) / (requests since its stamp)`, the most its idle time supports (0 is
+    /// off). A hot key that stopped coming is idle far beyond its count's expected gap; a
+    /// cold key that comes rarely is not.
+    pub stale: f64,
+    /// A duel tied on counts goes to the newcomer when the victim has been idle longer than
+    /// this many capacities of requests (0: ties always go to the victim).
+    pub tie_idle: f64,
+    /// Momentum for marginal ghosts: each counted ghost hit in the same direction as the
+    /// previous one multiplies the step by this (up to `accel_cap x capacity` entries); one in
+    /// the other direction resets it to 1. 0 or 1 is off.
+    pub accel: f64,
+    /// The most a momentum step moves, as a share of the capacity.
+    pub accel_cap: f64,
+    /// Density veto: ghosts may not grow a window that earned fewer hits per entry than main
+    /// in the guard's last period, and momentum builds only while it earned more.
+    pub veto: bool,
+    /// One-sided growth: while under `fast_below` of the last ~64 counted ghost hits were
+    /// main victims', a window ghost moves the share `fast_mult` times as far (0 or 1: off).
+    pub fast_mult: f64,
+    /// See `fast_mult`.
+    pub fast_below: f64,
+    /// Dead band: the window holds `share - dead_band` of the capacity (never below 0), so
+    /// ghost evidence must first add up to this share before any newcomer is let in by
+    /// recency alone; 0 is off.
+    pub dead_band: f64,
     /// The policy.
     pub mode: Mode,
 }
@@ -454,16 +556,38 @@ impl Config {
             doorkeeper: true,
             hit_record: 1,
             hit_buffer: 0,
+            thin_misses: false,
             slru_sampled_share: false,
             ghost_ratio: 1.0,
             lfu_pick: 1,
             count_added_only: false,
+            conservative: true,
+            sketch_width: 4,
+            sketch_min_records: 0,
             keep_winner: true,
+            keep_newcomer_winner: false,
+            keep_margin: -1,
             slru: false,
             slru_share: 0.8,
             scale_step: false,
             guard: 0.0,
             guard_below: 0.0,
+            guard_above: 0.0,
+            reset_drop: 0.0,
+            reset_halvings: 4,
+            reset_main_drop: 0.0,
+            epoch: false,
+            confirm: 0,
+            dead_band: 0.0,
+            accel: 0.0,
+            fast_mult: 0.0,
+            fast_below: 0.05,
+            accel_cap: 0.01,
+            veto: false,
+            reset_window: 0.0,
+            idle: 0.0,
+            stale: 0.0,
+            tie_idle: 0.0,
             mode,
         }
     }
@@ -492,6 +616,27 @@ impl Config {
                 min: 0.0,
                 max: 1.0,
             })
+        }
+    }
+}
+
+impl Config {
+    /// The best candidate this lab found after `recommended()` (issue 17; not in the store):
+    /// `recommended()` with a sticky main victim (`keep_winner`: a victim that wins its duel
+    /// stays pooled, as moka's LRU head stays put) picked as the least frequent of the 4 oldest
+    /// main candidates (`lfu_pick`), a sketch aged every 24 x capacity raising records
+    /// (`count_added_only`), a window that holds its ghost-driven share less 8% of the capacity
+    /// (`dead_band`), and a duelling victim's count halved per 8 x capacity requests of
+    /// idleness (`idle`). `policylab --cand next`.
+    pub fn next() -> Self {
+        Self {
+            keep_winner: true,
+            lfu_pick: 4,
+            count_added_only: true,
+            sketch_period: 24,
+            dead_band: 0.08,
+            idle: 8.0,
+            ..Self::recommended()
         }
     }
 }
@@ -596,8 +741,31 @@ pub struct Adaptive {
     protected_len: usize,
     /// Buffered hit hashes (see `Config::hit_buffer`).
     pending: Vec<u64>,
+    /// Hits since the last drain, kept or dropped.
+    pending_hits: u64,
     /// Moving average of the protected fraction of sampled main entries.
     protected_share: f64,
+    /// Phase detector: (requests, hits) this period, and the previous period's hit ratio.
+    phase: (u64, u64, Option<f64>),
+    /// Phase changes detected so far.
+    pub resets: u64,
+    /// The largest the adaptive parameter has been.
+    pub max_param: f64,
+    /// Momentum of the marginal-ghost step (`Config::accel`) and the direction of its run.
+    momentum: f64,
+    run_up: Option<bool>,
+    /// The density guard's last `ln(window density / main density)` (0 when unmeasured).
+    last_density: f64,
+    /// Moving average (1/64) of the main share of counted ghost hits.
+    main_ghost_share: f64,
+    /// Entries whose stamp is older than this count 0 in a duel (`Config::epoch`).
+    epoch: u64,
+    /// An armed confirmation check: periods left, hit ratio before the drop.
+    pending_reset: Option<(u32, f64)>,
+    /// Hits on main entries so far, at the last phase period's end, and in the period before.
+    main_hits_seen: u64,
+    main_hits_mark: u64,
+    main_hits_prev: u64,
 }
 
 impl Adaptive {
@@ -634,8 +802,15 @@ impl Adaptive {
             clock: 0,
             sketch: Sketch {
                 count_added_only: cfg.count_added_only,
-                ..Sketch::new(capacity, cfg.sketch_period, cfg.doorkeeper)
-            },
+                conservative: cfg.conservative,
+                ..Sketch::with_width(
+                    capacity,
+                    cfg.sketch_period,
+                    cfg.doorkeeper,
+                    cfg.sketch_width,
+                )
+            }
+            .with_min_period(cfg.sketch_min_records),
             ghosts: Ghosts::new((capacity as f64 * cfg.ghost_ratio) as usize),
             seq_ghosts: SeqGhosts::new(match cfg.mode {
                 Mode::Window {
@@ -653,7 +828,20 @@ impl Adaptive {
             ghost_hits: (0, 0),
             protected_len: 0,
             pending: Vec::new(),
+            pending_hits: 0,
             protected_share: 0.0,
+            phase: (0, 0, None),
+            resets: 0,
+            max_param: 0.0,
+            momentum: 1.0,
+            run_up: None,
+            last_density: 0.0,
+            main_ghost_share: 0.5,
+            epoch: 0,
+            pending_reset: None,
+            main_hits_seen: 0,
+            main_hits_mark: 0,
+            main_hits_prev: 0,
         }
     }
 
@@ -676,6 +864,7 @@ impl Adaptive {
     fn nudge(&mut self, by: f64) {
         let (lo, hi) = self.bounds();
         self.param = (self.param + by).clamp(lo, hi);
+        self.max_param = self.max_param.max(self.param);
     }
 
     /// Reads the sample window into the per-segment pools.
@@ -772,6 +961,37 @@ impl Adaptive {
         Some(best.1)
     }
 
+    /// A main victim's frequency in a duel: the sketch's estimate, halved for every
+    /// `idle x capacity` requests since its last recorded hit (`Config::idle`).
+    fn victim_frequency(&self, v: usize) -> u8 {
+        if self.slots[v].stamp < self.epoch {
+            // Not hit since the last detected phase change (`Config::epoch`).
+            return 0;
+        }
+        let mut f = self.sketch.frequency(self.slots[v].hash);
+        let idle = (self.clock - self.slots[v].stamp).max(1) as f64;
+        if self.cfg.stale > 0.0 {
+            // An entry idle far longer than its count's expected gap (records per aging period
+            // / count) no longer comes at that rate: its count is capped at what its idle
+            // time supports.
+            let supported = self.cfg.stale * self.sketch.sample_size as f64 / idle;
+            f = f.min(supported.min(255.0) as u8);
+        }
+        if self.cfg.idle <= 0.0 {
+            return f;
+        }
+        let unit = (self.cfg.idle * self.capacity as f64).max(1.0);
+        let halvings = (idle / unit) as u32;
+        f.checked_shr(halvings).unwrap_or(0)
+    }
+
+    /// Whether a tie goes to the newcomer: the victim has been idle longer than
+    /// `tie_idle x capacity` requests (`Config::tie_idle`).
+    fn stale_tie(&self, v: usize) -> bool {
+        self.cfg.tie_idle > 0.0
+            && (self.clock - self.slots[v].stamp) as f64 > self.cfg.tie_idle * self.capacity as f64
+    }
+
     fn put_back(&mut self, idx: usize) {
         let e = self.slots[idx];
         let seg = if e.window { WINDOW } else { MAIN };
@@ -847,21 +1067,25 @@ impl Adaptive {
                 }
             }
             Mode::Window { .. } => {
-                let target = (self.param * self.capacity as f64).round() as usize;
+                let share = (self.param - self.cfg.dead_band).max(0.0);
+                let target = (share * self.capacity as f64).round() as usize;
                 if self.window_len >= target {
                     let c = self.settle(WINDOW);
                     let v = self.main_victim();
                     match (c, v) {
                         (Some(c), Some(v)) => {
                             let fc = self.sketch.frequency(self.slots[c].hash);
-                            let fv = self.sketch.frequency(self.slots[v].hash);
-                            if fc > fv {
+                            let fv = self.victim_frequency(v);
+                            if fc > fv || (fc == fv && self.stale_tie(v)) {
                                 self.slots[c].window = false;
                                 self.window_len -= 1;
                                 self.put_back(c);
                                 self.replace(v, key, hash, true, GhostKind::Main);
                             } else {
-                                if self.cfg.keep_winner {
+                                if self.cfg.keep_winner
+                                    || i16::from(fv) - i16::from(fc)
+                                        <= i16::from(self.cfg.keep_margin)
+                                {
                                     self.put_back(v);
                                 }
                                 self.replace(c, key, hash, true, GhostKind::Filtered);
@@ -869,12 +1093,17 @@ impl Adaptive {
                         }
                         (None, Some(v)) => {
                             let fresh = self.sketch.frequency(hash);
-                            if fresh > self.sketch.frequency(self.slots[v].hash) {
+                            let fv = self.victim_frequency(v);
+                            if fresh > fv || (fresh == fv && self.stale_tie(v)) {
                                 // Proven already: it joins the main space, so the window
                                 // stays at its target.
                                 self.replace(v, key, hash, false, GhostKind::Main);
                             } else {
-                                if self.cfg.keep_winner {
+                                if self.cfg.keep_winner
+                                    || self.cfg.keep_newcomer_winner
+                                    || i16::from(fv) - i16::from(fresh)
+                                        <= i16::from(self.cfg.keep_margin)
+                                {
                                     self.put_back(v);
                                 }
                                 self.ghost(hash, GhostKind::Filtered);
@@ -943,6 +1172,7 @@ impl Policy for Adaptive {
                 self.density.1 += 1;
             } else {
                 self.density.2 += 1;
+                self.main_hits_seen += 1;
             }
             if self.cfg.slru && !e.window && !e.protected {
                 e.protected = true;
@@ -952,6 +1182,7 @@ impl Policy for Adaptive {
                 e.stamp = self.clock;
             }
             if self.uses_sketch() && self.cfg.hit_buffer > 0 {
+                self.pending_hits += 1;
                 if self.pending.len() < self.cfg.hit_buffer {
                     self.pending.push(hash);
                 }
@@ -964,10 +1195,19 @@ impl Policy for Adaptive {
             true
         } else {
             if self.uses_sketch() {
+                let (kept, hits) = (self.pending.len() as u64, self.pending_hits);
+                self.pending_hits = 0;
                 for h in std::mem::take(&mut self.pending) {
                     self.sketch.record(h);
                 }
-                self.sketch.record(hash);
+                // Thinning: when the buffer dropped hits, the miss is recorded with the
+                // probability a hit had of being kept, so the sketch sees hits and misses
+                // at the same rate (dropping only hits makes every miss look hotter than
+                // the entries that are hit in long runs).
+                let record = !self.cfg.thin_misses || hits <= kept || self.rng.below(hits) < kept;
+                if record {
+                    self.sketch.record(hash);
+                }
             }
             if self.capacity > 0 {
                 if let Some(kind) = self.ghosts.take(hash) {
@@ -990,15 +1230,48 @@ impl Policy for Adaptive {
                         } else {
                             1.0
                         };
-                        let by = step * scale / self.capacity as f64;
-                        self.nudge(if kind == GhostKind::Filtered { by } else { -by });
+                        let up = kind == GhostKind::Filtered;
+                        // Veto: while the window earned fewer hits per entry than main in
+                        // the last guard period, ghosts may not grow it.
+                        let vetoed = up && self.cfg.veto && self.last_density < 0.0;
+                        if vetoed {
+                            self.momentum = 1.0;
+                            self.run_up = None;
+                        } else if self.cfg.accel > 1.0
+                            && (!self.cfg.veto || self.last_density > 0.0)
+                        {
+                            // Momentum: a run of ghost hits that all ask the same way moves
+                            // faster and faster; one the other way starts over.
+                            if self.run_up == Some(up) {
+                                let cap = (self.cfg.accel_cap * self.capacity as f64).max(1.0);
+                                self.momentum = (self.momentum * self.cfg.accel).min(cap);
+                            } else {
+                                self.momentum = 1.0;
+                                self.run_up = Some(up);
+                            }
+                        }
+                        let mut fast = 1.0;
+                        if self.cfg.fast_mult > 1.0 {
+                            // One-sided evidence: while main's victims almost never come back,
+                            // the window grows `fast_mult` times as fast.
+                            let x = if up { 0.0 } else { 1.0 };
+                            self.main_ghost_share += (x - self.main_ghost_share) / 64.0;
+                            if up && self.main_ghost_share < self.cfg.fast_below {
+                                fast = self.cfg.fast_mult;
+                            }
+                        }
+                        let by = step * scale * self.momentum * fast / self.capacity as f64;
+                        if !vetoed {
+                            self.nudge(if up { by } else { -by });
+                        }
                     }
                 }
                 if self.slots.len() < self.capacity {
                     // While filling, the window takes its share and the rest goes to main
                     // (as Caffeine moves window overflow to probation before the cache is full).
                     let window = matches!(self.cfg.mode, Mode::Window { .. })
-                        && (self.window_len as f64) < self.param * self.capacity as f64;
+                        && (self.window_len as f64)
+                            < (self.param - self.cfg.dead_band).max(0.0) * self.capacity as f64;
                     self.push(key, hash, window);
                 } else {
                     self.evict_for(key, hash);
@@ -1021,10 +1294,68 @@ impl Policy for Adaptive {
                 let wlen = self.window_len.max(1) as f64;
                 let mlen = (self.slots.len() - self.window_len).max(1) as f64;
                 let e = ((wh as f64 + 0.5) / wlen / ((mh as f64 + 0.5) / mlen)).ln();
-                if !shrink_only || e < self.cfg.guard_below.min(0.0) {
+                // Too small a window to measure (under 0.5% of the capacity) says nothing.
+                self.last_density = if (self.window_len as f64) < 0.005 * self.capacity as f64 {
+                    0.0
+                } else {
+                    e
+                };
+                let grow = self.cfg.guard_above > 0.0 && e > self.cfg.guard_above;
+                if !shrink_only || e < self.cfg.guard_below.min(0.0) || grow {
                     self.nudge(e.signum() * (0.03 * e.abs()).min(0.30));
                 }
                 self.density = (0, 0, 0);
+            }
+        }
+        if (self.cfg.reset_drop > 0.0 || self.cfg.reset_main_drop > 0.0) && self.uses_sketch() {
+            self.phase.0 += 1;
+            self.phase.1 += u64::from(hit);
+            if self.phase.0 >= self.capacity.max(1) as u64 {
+                let rate = self.phase.1 as f64 / self.phase.0 as f64;
+                let main_now = self.main_hits_seen - self.main_hits_mark;
+                self.main_hits_mark = self.main_hits_seen;
+                let main_prev = std::mem::replace(&mut self.main_hits_prev, main_now);
+                let collapsed = self.cfg.reset_main_drop > 0.0
+                    && main_prev as f64 >= 0.05 * self.phase.0 as f64
+                    && (main_now as f64) < self.cfg.reset_main_drop * main_prev as f64;
+                let dropped = self.cfg.reset_drop > 0.0
+                    && self
+                        .phase
+                        .2
+                        .is_some_and(|prev| prev - rate > self.cfg.reset_drop);
+                let mut fire = collapsed || dropped;
+                if self.cfg.confirm > 0 {
+                    // Confirmation: a drop arms a check `confirm` periods later, which fires
+                    // only if the hit ratio is still below the pre-drop level by half the
+                    // threshold (a phase that comes back has recovered by then).
+                    if let Some((left, before)) = self.pending_reset {
+                        if left <= 1 {
+                            fire = rate < before - self.cfg.reset_drop / 2.0;
+                            self.pending_reset = None;
+                        } else {
+                            self.pending_reset = Some((left - 1, before));
+                            fire = false;
+                        }
+                    } else if fire {
+                        let before = self.phase.2.unwrap_or(rate);
+                        self.pending_reset = Some((self.cfg.confirm, before));
+                        fire = false;
+                    }
+                }
+                if fire {
+                    for _ in 0..self.cfg.reset_halvings {
+                        self.sketch.halve();
+                    }
+                    if self.cfg.epoch {
+                        self.epoch = self.clock.saturating_sub(self.capacity as u64);
+                    }
+                    if self.cfg.reset_window > self.param {
+                        let by = self.cfg.reset_window - self.param;
+                        self.nudge(by);
+                    }
+                    self.resets += 1;
+                }
+                self.phase = (0, 0, Some(rate));
             }
         }
         if let Some(c) = &mut self.climber {
@@ -1103,6 +1434,62 @@ mod tests {
         let looped = simulate(&mut p, (0..300_000u64).map(|i| i % 1100));
         assert!(looped.percent() > 80.0, "{}", looped.percent());
         assert!(p.param() < 0.1, "window share {}", p.param());
+    }
+
+    #[test]
+    fn idle_decay_lets_a_moved_hot_set_in_sooner() {
+        // A zipf hot set that moves to new keys every 40 x the capacity: the old hot keys keep
+        // their sketch counts for 64 x capacity records, so without the decay the new hot set
+        // is refused for most of each phase.
+        let zipf = crate::zipf::Zipf::new(10_000, 1.0).expect("zipf");
+        let keys = crate::workload::shifting_zipf(&zipf, 400_000, 20_000, 5);
+        let plain = simulate(
+            &mut Adaptive::new(500, Config::recommended(), 1),
+            keys.iter().copied(),
+        );
+        let decayed = simulate(
+            &mut Adaptive::new(
+                500,
+                Config {
+                    idle: 8.0,
+                    ..Config::recommended()
+                },
+                1,
+            ),
+            keys.iter().copied(),
+        );
+        assert!(
+            decayed.percent() > plain.percent() + 1.0,
+            "{} {}",
+            decayed.percent(),
+            plain.percent()
+        );
+    }
+
+    #[test]
+    fn next_keeps_refusing_a_loops_newcomers_where_recommended_lets_them_churn() {
+        // A loop 10% longer than the cache: a static set of 1,000 of the 1,100 keys hits
+        // 1000/1100 = 90.9%. `next` keeps refusing the loop's newcomers; `recommended` lets
+        // some in after sketch halvings, each evicting a key needed sooner.
+        let keys = || crate::workload::looping(1100, 2_000_000);
+        let next = simulate(&mut Adaptive::new(1000, Config::next(), 42), keys()).percent();
+        let churned =
+            simulate(&mut Adaptive::new(1000, Config::recommended(), 42), keys()).percent();
+        assert!(next > 90.5, "{next}");
+        assert!(next > churned + 0.5, "{next} {churned}");
+    }
+
+    #[test]
+    fn the_dead_band_keeps_a_small_ghost_driven_share_from_opening_the_window() {
+        let mut p = Adaptive::new(1000, Config::next(), 1);
+        p.param = 0.05;
+        let keys: Vec<u64> = (0..20_000u64).collect();
+        simulate(&mut p, keys.iter().copied());
+        assert_eq!(p.window_len, 0, "a 5% share is inside the 8% dead band");
+        let mut q = Adaptive::new(1000, Config::recommended(), 1);
+        q.param = 0.05;
+        simulate(&mut q, keys.iter().copied());
+        assert!(q.window_len > 0);
     }
 
     #[test]

@@ -7,22 +7,45 @@
 //! [--peer-cache FILE] [--trace-dir DIR] [--seed N]` (N seeds the candidates' sampling; 42)
 //!
 //! NAME: OLTP P2 P3 P6 P12 zipf0.8 zipf1.0 zipf1.2 scan shift loop (default: OLTP and the
-//! zipfs). `scan`: zipf 1.0 with a one-time scan of 200K new keys mid-way; `shift`: zipf 1.0
-//! whose popular keys change every 100K requests; `loop`: a loop 10% longer than the cache.
+//! zipfs). `scan`, `shift` and `loop` are `hitratio`'s (`benches::workload`, same parameters):
+//! zipf 1.0 with a one-time scan of 100K new keys mixed in from the middle; zipf 1.0 whose
+//! popular keys move to a new set every 200K requests; a loop 10% longer than the cache.
 //!
 //! SPEC: a mode (`lru`, `tinylfu`, `bias`, `win`) and comma-separated options: `init=F`,
 //! `ghost=F` (ARC-style step per ghost hit), `climb=PERIOD/STEP` (Caffeine's hill climber),
 //! `min=F`, `max=F` (window share bounds), `k=N`, `pool=N`, `res=N`, `period=N` (sketch aging,
 //! x capacity), `door=0|1`, `hitrec=N` (record 1 hit in N), `ghosts=F` (ghost slots per entry),
 //! `density=PERIOD` (Caffeine's density climber), `marginal=REACH/STEP[/DRIFT]` (per-region
-//! marginal ghosts), `guard=PERIOD` and `gb=F` (shrink-only density guard and its threshold),
-//! `keep=0|1` (a duel-winning victim stays pooled), `slru=0|1` and `share=F` (sampled SLRU
+//! marginal ghosts), `guard=PERIOD` and `gb=F` (shrink-only density guard and its threshold), `ga=F` (the guard also grows the window above
+//! this `ln` density ratio),
+//! `keep=0|1` (a duel-winning victim stays pooled), `keepn=0|1` (only after a duel against a
+//! newcomer), `keepm=N` (only a victim that won by at most N counts; -1 off), `slru=0|1` and `share=F` (sampled SLRU
 //! main space and its protected share), `sshare=0|1` (that share estimated from the samples),
 //! `scale=0|1` (marginal step x capacity/1000), `hitbuf=N` (hits buffered, N at most, into the sketch at the next miss), `lfu=N` (least frequent of the N oldest
-//! main candidates), `added=0|1` (sketch aging counts only raising records).
+//! main candidates), `added=0|1` (sketch aging counts only raising records), `reset=F` and
+//! `halvings=N` (phase-change reset: the sketch halved N times, 4 by default, when a period of
+//! `capacity` requests hits F less, as a share, than the one before), `rwin=F` (the window's
+//! share raised to at least F on such a phase change), `mdrop=F` (a phase change is a period
+//! whose hits on main entries fall below F x the previous period's), `epoch=0|1` (on a phase
+//! change, entries not hit since count 0 in duels), `confirm=N` (a drop resets only if the hit
+//! ratio is still down N periods later), `idle=F` (a duelling main
+//! victim's frequency halved per F x capacity requests since its last stamp), `stale=F` (a
+//! duelling main victim's count capped at F x the sketch's aging period / its idle requests),
+//! `tie=F` (a tied duel goes to the newcomer when the victim has been idle F capacities), `cons=0|1` (the
+//! sketch's conservative update; 0 raises all four counters, as moka does), `thin=0|1` (with
+//! `hitbuf`, a miss is recorded with the probability a buffered hit had of being kept),
+//! `width=N` (sketch counters per row per entry of capacity; 4), `pmin=N` (the sketch ages no
+//! more often than every N records), `dead=F` (the window holds its share less F),
+//! `accel=F` and `acap=F` (marginal-ghost momentum: x F per same-way ghost hit, at most F of the
+//! capacity per hit), `veto=0|1` (no ghost growth while the window earned less per entry than
+//! main in the guard's last period; momentum only while it earned more), `fast=MULT/BELOW` (a
+//! window ghost moves MULT times as far while under BELOW of the last ~64 counted ghosts were
+//! main victims').
 //! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
 //! candidate this lab recommends (the same as
-//! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`).
+//! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`); `next` is
+//! `Config::next()`, the best candidate found since (`best,keep=1,lfu=4,added=1,period=24,
+//! dead=0.08,idle=8`). Either takes options after it: `--cand best,idle=8`.
 //!
 //! The peers' results do not depend on the candidates: `--peer-cache FILE` stores them and reuses
 //! them (moka's hashing is randomly seeded, so its cells move by up to about 0.4 point a run).
@@ -34,11 +57,17 @@ use std::path::PathBuf;
 use benches::adaptive::{Adapt, Adaptive, Config, Mode};
 use benches::policy::{ExactLru, MokaSync, Policy, QuickCache, SimResult, simulate};
 use benches::trace::{ARC_TRACES, ArcTrace, trace_dirs};
+use benches::workload::{looping, shifting_zipf, zipf_with_scan};
 use benches::zipf::Zipf;
 
 const PEERS: [&str; 3] = ["exact LRU", "quick_cache", "moka TinyLFU"];
 const ZIPF_KEYS: u64 = 100_000;
 const ZIPF_SEED: u64 = 0x5EED;
+/// `hitratio`'s adversarial workloads: a scan as long as the zipf key space (every other request
+/// from the middle on), a new hot set every 200K requests, a loop 10% longer than the cache.
+const SCAN_KEYS: usize = 100_000;
+const SHIFT_PERIOD: usize = 200_000;
+const LOOP_EXCESS: f64 = 1.1;
 
 fn usage() -> ! {
     eprintln!(
@@ -49,15 +78,30 @@ fn usage() -> ! {
 }
 
 fn parse_spec(spec: &str) -> Result<Config, String> {
-    if spec == "best" {
-        return Ok(Config::recommended());
-    }
     let mut parts = spec.split(',');
-    let mode = parts.next().unwrap_or_default();
+    let mut mode = parts.next().unwrap_or_default();
     let mut cfg = Config::store(Mode::Lru);
     let mut init = None;
     let mut adapt = Adapt::Fixed;
     let (mut min, mut max) = (0.0, 1.0);
+    if mode == "best" || mode == "next" {
+        // `best` (or `next`) with options: that candidate, options applied over it.
+        cfg = if mode == "best" {
+            Config::recommended()
+        } else {
+            Config::next()
+        };
+        if let Mode::Window {
+            init: i,
+            adapt: a,
+            min: lo,
+            max: hi,
+        } = cfg.mode
+        {
+            (init, adapt, min, max) = (Some(i), a, lo, hi);
+        }
+        mode = "win";
+    }
     for opt in parts {
         let (k, v) = opt
             .split_once('=')
@@ -111,14 +155,41 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "added" => cfg.count_added_only = n()? != 0,
             "guard" => cfg.guard = f()?,
             "gb" => cfg.guard_below = f()?,
+            "ga" => cfg.guard_above = f()?,
             "slru" => cfg.slru = n()? != 0,
             "share" => cfg.slru_share = f()?,
             "hitbuf" => cfg.hit_buffer = n()? as usize,
             "sshare" => cfg.slru_sampled_share = n()? != 0,
             "scale" => cfg.scale_step = n()? != 0,
             "keep" => cfg.keep_winner = n()? != 0,
+            "keepn" => cfg.keep_newcomer_winner = n()? != 0,
+            "keepm" => cfg.keep_margin = v.parse().map_err(|_| format!("bad margin in {opt:?}"))?,
             "lfu" => cfg.lfu_pick = n()? as usize,
             "ghosts" => cfg.ghost_ratio = f()?,
+            "reset" => cfg.reset_drop = f()?,
+            "idle" => cfg.idle = f()?,
+            "stale" => cfg.stale = f()?,
+            "tie" => cfg.tie_idle = f()?,
+            "rwin" => cfg.reset_window = f()?,
+            "mdrop" => cfg.reset_main_drop = f()?,
+            "epoch" => cfg.epoch = n()? != 0,
+            "confirm" => cfg.confirm = n()? as u32,
+            "cons" => cfg.conservative = n()? != 0,
+            "thin" => cfg.thin_misses = n()? != 0,
+            "width" => cfg.sketch_width = n()?.max(1) as usize,
+            "pmin" => cfg.sketch_min_records = n()?,
+            "dead" => cfg.dead_band = f()?,
+            "accel" => cfg.accel = f()?,
+            "acap" => cfg.accel_cap = f()?,
+            "veto" => cfg.veto = n()? != 0,
+            "fast" => {
+                let (m, b) = v
+                    .split_once('/')
+                    .ok_or_else(|| format!("fast wants MULT/BELOW, got {v:?}"))?;
+                cfg.fast_mult = m.parse().map_err(|_| format!("bad multiplier {m:?}"))?;
+                cfg.fast_below = b.parse().map_err(|_| format!("bad share {b:?}"))?;
+            }
+            "halvings" => cfg.reset_halvings = n()? as u32,
             _ => return Err(format!("unknown option {k:?}")),
         }
     }
@@ -171,30 +242,24 @@ fn load(name: &str, dirs: &[PathBuf]) -> Result<Workload, String> {
         let s: f64 = exp.parse().map_err(|_| format!("bad exponent {name:?}"))?;
         return Ok(w(zipf_sizes, shared(zipf_keys(s, 2_000_000))));
     }
+    // The same workloads, with the same parameters, as `hitratio`'s (whose rows the docs quote).
+    let count = 2_000_000;
+    let zipf1 = || Zipf::new(ZIPF_KEYS, 1.0).map_err(|e| e.to_string());
     match name {
         "scan" => {
-            // 1M zipf requests, 200K never-seen keys in a row, 1M more zipf requests.
-            let mut keys = zipf_keys(1.0, 2_000_000);
-            let scan: Vec<u64> = (0..200_000u64).map(|i| 1_000_000_000 + i).collect();
-            keys.splice(1_000_000..1_000_000, scan);
+            let keys = zipf_with_scan(&zipf1()?, count, SCAN_KEYS, ZIPF_SEED);
             return Ok(w(zipf_sizes, shared(keys)));
         }
         "shift" => {
-            // The popular keys move to a fresh set every 100K requests.
-            let keys = zipf_keys(1.0, 2_000_000)
-                .into_iter()
-                .enumerate()
-                .map(|(i, k)| k + (i as u64 / 100_000) * 10_000_000)
-                .collect();
+            let keys = shifting_zipf(&zipf1()?, count, SHIFT_PERIOD, ZIPF_SEED);
             return Ok(w(zipf_sizes, shared(keys)));
         }
         "loop" => {
-            // A loop 10% longer than the cache, 1M requests.
             return Ok(w(
                 zipf_sizes,
-                Box::new(|size| {
-                    let len = (size + size / 10) as u64;
-                    Box::new((0..1_000_000u64).map(move |i| i % len))
+                Box::new(move |size| {
+                    let keys = looping((size as f64 * LOOP_EXCESS).ceil() as u64, count);
+                    Box::new(keys.into_iter())
                 }),
             ));
         }
@@ -342,7 +407,13 @@ fn main() {
             for (i, &size) in w.sizes.iter().enumerate() {
                 let mut model = Adaptive::new(size, *cfg, seed);
                 let v = simulate(&mut model, (w.keys)(size)).percent();
-                print!(" {v:.2} ({:+.2}) p={:.3} |", v - best[i], model.param());
+                print!(
+                    " {v:.2} ({:+.2}) p={:.3}^{:.3} r={} |",
+                    v - best[i],
+                    model.param(),
+                    model.max_param,
+                    model.resets
+                );
                 let cell = if w.sizes.len() > 1 {
                     format!("{} {size}", w.name)
                 } else {
