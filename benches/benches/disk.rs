@@ -47,6 +47,18 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// The one object file a storage under `root` holds (in one of the subdirectories of
+/// `objects/`).
+fn object_file(root: &Path) -> PathBuf {
+    std::fs::read_dir(root.join("objects"))
+        .expect("objects")
+        .flat_map(|dir| std::fs::read_dir(dir.expect("entry").path()).expect("subdir"))
+        .next()
+        .expect("one object")
+        .expect("entry")
+        .path()
+}
+
 fn body(len: usize) -> Vec<Bytes> {
     let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
     data.chunks(CHUNK).map(Bytes::copy_from_slice).collect()
@@ -145,12 +157,7 @@ fn reads(c: &mut Criterion) {
     let dir = scratch("read");
     let storage = rt.block_on(DiskStorage::open(&dir, 1 << 30)).expect("open");
     rt.block_on(disk_write(&storage, "k", &chunks));
-    let file = std::fs::read_dir(dir.join("objects"))
-        .expect("objects")
-        .next()
-        .expect("one object")
-        .expect("entry")
-        .path();
+    let file = object_file(&dir);
     let mut group = c.benchmark_group("disk_read_64MiB");
     group.throughput(Throughput::Bytes(len as u64));
     group.sample_size(10);
@@ -339,12 +346,7 @@ fn report_reads(rt: &tokio::runtime::Runtime, rounds: u32) {
     let dir = scratch("report-read");
     let storage = rt.block_on(DiskStorage::open(&dir, 1 << 30)).expect("open");
     rt.block_on(disk_write(&storage, "k", &chunks));
-    let file = std::fs::read_dir(dir.join("objects"))
-        .expect("objects")
-        .next()
-        .expect("one object")
-        .expect("entry")
-        .path();
+    let file = object_file(&dir);
     let r = interleaved(
         rounds,
         &mut [

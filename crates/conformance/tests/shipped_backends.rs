@@ -38,8 +38,17 @@ fn damage_files(_root: &std::path::Path) {}
 #[cfg(unix)]
 fn damage_files(root: &std::path::Path) {
     use std::os::unix::fs::FileExt;
-    for entry in std::fs::read_dir(root.join("objects")).expect("objects dir") {
-        let path = entry.expect("entry").path();
+    // Object files sit in subdirectories of `objects/`.
+    let mut files = Vec::new();
+    for dir in std::fs::read_dir(root.join("objects")).expect("objects dir") {
+        let dir = dir.expect("entry").path();
+        if dir.is_dir() {
+            for entry in std::fs::read_dir(&dir).expect("object subdir") {
+                files.push(entry.expect("entry").path());
+            }
+        }
+    }
+    for path in files {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)

@@ -103,6 +103,10 @@ use crate::traits::{
     Storage, StorageUsage,
 };
 
+mod layout;
+
+use layout::{Layout, SUBDIRS, subdir_of, sync_dir};
+
 const HEAD_MAGIC: &[u8; 8] = b"HERDSC02";
 const TAIL_MAGIC: &[u8; 8] = b"HERDEND2";
 /// Magic, key length, meta length, declared length, expiry, body length.
@@ -180,14 +184,12 @@ impl DiskStorageBuilder {
         let tmp = self.root.join("tmp");
         let durability = self.durability;
         let capacity = self.capacity;
-        let (scan, objects_dir) = {
-            let objects = objects.clone();
+        let layout = Layout::new(objects);
+        let scan = {
+            let layout = layout.clone();
+            let root = self.root.clone();
             let tmp = tmp.clone();
-            blocking(move || {
-                let scan = scan(&objects, &tmp, capacity, durability)?;
-                Ok((scan, open_dir(&objects)?))
-            })
-            .await?
+            blocking(move || scan(&root, &layout, &tmp, capacity, durability)).await?
         };
         // An object at the limit must fit in the capacity with its header (key and meta up to
         // `KEY_META_ALLOWANCE`), block table and tail.
@@ -199,17 +201,23 @@ impl DiskStorageBuilder {
             .max_object_size
             .unwrap_or(u64::MAX)
             .min(capacity.saturating_sub(overhead));
-        let scanned_unlinks = scan.index.unlinks;
+        // The scan synced whatever it removed (`Durability::Full`).
+        let dir_synced: Box<[AtomicU64]> = scan
+            .index
+            .unlinks
+            .iter()
+            .copied()
+            .map(AtomicU64::new)
+            .collect();
         Ok(DiskStorage {
             shared: Arc::new(DiskShared {
-                objects,
-                objects_dir: objects_dir.map(Arc::new),
+                root: self.root,
+                layout,
                 tmp,
                 index: Mutex::new(scan.index),
                 fences: FenceTable::new(),
                 next_seq: AtomicU64::new(scan.next_seq),
-                // The scan synced whatever it removed (`Durability::Full`).
-                dir_synced: AtomicU64::new(scanned_unlinks),
+                dir_synced,
                 dir_syncs: AtomicU64::new(0),
                 capacity,
                 max_object_size,
@@ -228,18 +236,16 @@ pub struct DiskStorage {
 
 #[derive(Debug)]
 struct DiskShared {
-    objects: PathBuf,
-    /// The objects directory, held open for its fsyncs (`None` where directories cannot be
-    /// opened: not Unix).
-    objects_dir: Option<Arc<std::fs::File>>,
+    root: PathBuf,
+    layout: Layout,
     tmp: PathBuf,
     /// Lock order: `index`, then `fences`.
     index: Mutex<Index>,
     fences: FenceTable,
     next_seq: AtomicU64,
-    /// `Index::unlinks` as it was when the last successful directory fsync started: every
-    /// unlink counted up to there is durable.
-    dir_synced: AtomicU64,
+    /// Per object subdirectory: `Index::unlinks` as it was when the last successful fsync of
+    /// that subdirectory started: every unlink in it counted up to there is durable.
+    dir_synced: Box<[AtomicU64]>,
     /// Directory fsyncs done (for tests of the durability rules).
     dir_syncs: AtomicU64,
     capacity: u64,
@@ -247,7 +253,7 @@ struct DiskShared {
     durability: Durability,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Index {
     /// Writes in progress that are the key's current write.
     active: HashMap<CacheKey, Arc<ActiveWrite>>,
@@ -257,9 +263,10 @@ struct Index {
     clock: VecDeque<(CacheKey, u64)>,
     /// Bytes of every object file plus every temp file written so far.
     used: u64,
-    /// Object files unlinked so far (evictions, replacements, purges, expiries): compared with
-    /// `DiskShared::dir_synced` to know whether an unlink may still be undone by a power loss.
-    unlinks: u64,
+    /// Per object subdirectory: object files unlinked in it so far (evictions, replacements,
+    /// purges, expiries): compared with `DiskShared::dir_synced` to know whether an unlink may
+    /// still be undone by a power loss.
+    unlinks: Vec<u64>,
 }
 
 #[derive(Debug)]
@@ -286,39 +293,6 @@ struct ActiveWrite {
     charged: AtomicU64,
 }
 
-/// Unit tests make every key collide, to show that collisions are harmless.
-#[cfg(test)]
-static COLLIDE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn key_hash(key: &CacheKey) -> u64 {
-    #[cfg(test)]
-    if COLLIDE.load(Ordering::Relaxed) {
-        return 0;
-    }
-    // FNV-1a: spreads names; uniqueness comes from the seq, identity from the stored key.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in key.as_bytes() {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
-}
-
-fn object_name(key: &CacheKey, seq: u64) -> String {
-    format!("{:016x}-{seq:016x}.obj", key_hash(key))
-}
-
-/// The seq of an object file name, `None` for anything else.
-fn parse_object_name(name: &str) -> Option<u64> {
-    let stem = name.strip_suffix(".obj")?;
-    let (hash, seq) = stem.split_once('-')?;
-    if hash.len() != 16 || seq.len() != 16 {
-        return None;
-    }
-    u64::from_str_radix(hash, 16).ok()?;
-    u64::from_str_radix(seq, 16).ok()
-}
-
 fn io_error(error: io::Error) -> AbortReason {
     AbortReason::Storage(Arc::new(error))
 }
@@ -328,33 +302,6 @@ fn remove_quietly(path: &Path) {
         && error.kind() != io::ErrorKind::NotFound
     {
         tracing::warn!(path = %path.display(), %error, "stream-cache: could not remove file");
-    }
-}
-
-/// fsync a directory so that renames and unlinks in it survive a power loss. Directories cannot
-/// be opened for syncing on Windows, where renames are journalled by the file system anyway.
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    #[cfg(unix)]
-    {
-        std::fs::File::open(dir)?.sync_all()
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = dir;
-        Ok(())
-    }
-}
-
-/// The directory opened for `fsync` (`None` where that is not possible).
-fn open_dir(dir: &Path) -> io::Result<Option<std::fs::File>> {
-    #[cfg(unix)]
-    {
-        std::fs::File::open(dir).map(Some)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = dir;
-        Ok(None)
     }
 }
 
@@ -578,63 +525,80 @@ struct Scanned {
 }
 
 /// The restart scan (see the module docs). Runs on the blocking pool.
-fn scan(objects: &Path, tmp: &Path, capacity: u64, durability: Durability) -> io::Result<Scanned> {
-    std::fs::create_dir_all(objects)?;
-    std::fs::create_dir_all(tmp)?;
+fn scan(
+    root: &Path,
+    layout: &Layout,
+    tmp: &Path,
+    capacity: u64,
+    durability: Durability,
+) -> io::Result<Scanned> {
+    let new_root = !root.is_dir();
+    let mut created = layout.create_dirs()?;
+    if !tmp.is_dir() {
+        std::fs::create_dir_all(tmp)?;
+        created = true;
+    }
     for entry in std::fs::read_dir(tmp)? {
         let path = entry?.path();
         tracing::debug!(path = %path.display(), "stream-cache: removing leftover temp file");
         remove_quietly(&path);
     }
     let now = now_ms();
-    let mut found: HashMap<CacheKey, (u64, u64, Option<u64>)> = HashMap::new();
+    // Per key: the newest file found (seq, length, expiry, where it is now).
+    let mut found: HashMap<CacheKey, (u64, u64, Option<u64>, PathBuf)> = HashMap::new();
     let mut next_seq = 1;
-    let mut removed = false;
-    for entry in std::fs::read_dir(objects)? {
-        let path = entry?.path();
-        let Some(seq) = path
-            .file_name()
-            .and_then(|name| name.to_str())
-            .and_then(parse_object_name)
-        else {
-            continue;
-        };
+    // Subdirectories whose entries changed (removals, moves in) and need a sync.
+    let mut touched = vec![false; SUBDIRS];
+    let mut note = |path: &Path| {
+        if let Some(subdir) = layout.subdir_holding(path) {
+            touched[subdir] = true;
+        }
+    };
+    for (path, seq) in layout.list()? {
         next_seq = next_seq.max(seq + 1);
         let stored = match open_stored(&path)? {
             Opened::Missing => continue,
             Opened::Invalid(why) => {
                 tracing::info!(path = %path.display(), why, "stream-cache: removing invalid object");
                 remove_quietly(&path);
-                removed = true;
+                note(&path);
                 continue;
             }
             Opened::Valid(stored) => stored,
         };
         if stored.expires_ms.is_some_and(|at| at <= now) {
             remove_quietly(&path);
-            removed = true;
+            note(&path);
             continue;
         }
         // Two files for one key (one reappeared after a crash): the newer write wins.
         let key = stored.key.clone();
-        let entry = (seq, stored.file_len, stored.expires_ms);
-        if let Some(&(other, _, _)) = found.get(&key) {
-            let older = if other < seq {
-                found.insert(key.clone(), entry);
-                other
-            } else {
-                seq
-            };
-            remove_quietly(&objects.join(object_name(&key, older)));
-            removed = true;
-        } else {
-            found.insert(key, entry);
+        let entry = (seq, stored.file_len, stored.expires_ms, path);
+        match found.get(&key) {
+            Some((other, ..)) if *other >= seq => {
+                remove_quietly(&entry.3);
+                note(&entry.3);
+            }
+            _ => {
+                if let Some(older) = found.insert(key, entry) {
+                    remove_quietly(&older.3);
+                    note(&older.3);
+                }
+            }
         }
     }
     let mut by_age: Vec<_> = found.into_iter().collect();
-    by_age.sort_by_key(|(_, (seq, _, _))| *seq);
-    let mut index = Index::default();
-    for (key, (seq, len, expires_ms)) in by_age {
+    by_age.sort_by_key(|(_, (seq, ..))| *seq);
+    let mut index = Index::new();
+    for (key, (seq, len, expires_ms, path)) in by_age {
+        // A file of the flat layout of earlier versions (or one a person moved) goes where
+        // this version looks for it.
+        let home = layout.object_path(&key, seq);
+        if path != home {
+            std::fs::rename(&path, &home)?;
+            note(&path);
+            note(&home);
+        }
         index.used += len;
         index.clock.push_back((key.clone(), seq));
         index.objects.insert(
@@ -648,20 +612,46 @@ fn scan(objects: &Path, tmp: &Path, capacity: u64, durability: Durability) -> io
         );
     }
     // Oldest first: nothing is referenced yet.
-    removed |= index.make_room(0, capacity, objects);
-    if removed && durability == Durability::Full {
-        sync_dir(objects)?;
+    index.make_room(0, capacity, layout);
+    if durability == Durability::Full {
+        // Every removal, move and new directory is durable before `open` returns (the
+        // per-subdirectory counters start out synced). New directories need their parent
+        // synced; the objects directory is synced at every open (once, cheap) so that
+        // subdirectories created by a run with `Durability::None` are durable too.
+        for (subdir, unlinked) in index.unlinks.iter().enumerate() {
+            if *unlinked > 0 || touched[subdir] {
+                sync_dir(&layout.subdir_path(subdir))?;
+            }
+        }
+        sync_dir(layout.objects())?;
+        if created {
+            sync_dir(root)?;
+        }
+        if new_root {
+            let parent = root.parent().filter(|p| !p.as_os_str().is_empty());
+            sync_dir(parent.unwrap_or(Path::new(".")))?;
+        }
     }
     Ok(Scanned { index, next_seq })
 }
 
 impl Index {
+    fn new() -> Self {
+        Index {
+            active: HashMap::new(),
+            objects: HashMap::new(),
+            clock: VecDeque::new(),
+            used: 0,
+            unlinks: vec![0; SUBDIRS],
+        }
+    }
+
     /// Remove the complete object of `key` from the index and unlink its file.
-    fn drop_object(&mut self, key: &CacheKey, objects: &Path) -> Option<Stored> {
+    fn drop_object(&mut self, key: &CacheKey, layout: &Layout) -> Option<Stored> {
         let stored = self.objects.remove(key)?;
         self.used -= stored.len;
-        remove_quietly(&objects.join(object_name(key, stored.seq)));
-        self.unlinks += 1;
+        remove_quietly(&layout.object_path(key, stored.seq));
+        self.unlinks[subdir_of(key)] += 1;
         self.compact_if_stale();
         Some(stored)
     }
@@ -677,7 +667,7 @@ impl Index {
 
     /// Evict complete objects (CLOCK) until `extra` more bytes fit in `capacity`. Returns
     /// whether anything was evicted; the caller checks whether it fits now.
-    fn make_room(&mut self, extra: u64, capacity: u64, objects: &Path) -> bool {
+    fn make_room(&mut self, extra: u64, capacity: u64, layout: &Layout) -> bool {
         let mut evicted = false;
         while self.used.saturating_add(extra) > capacity {
             let Some((key, seq)) = self.clock.pop_front() else {
@@ -696,7 +686,7 @@ impl Index {
                 self.clock.push_back((key, seq));
                 continue;
             }
-            self.drop_object(&key, objects);
+            self.drop_object(&key, layout);
             evicted = true;
         }
         evicted
@@ -723,10 +713,7 @@ impl DiskStorage {
 
     /// The directory this storage lives in (what to reopen after a restart).
     pub fn root(&self) -> &Path {
-        self.shared
-            .objects
-            .parent()
-            .expect("the objects directory is under the root")
+        &self.shared.root
     }
 
     /// Number of writes in progress (current ones).
@@ -768,21 +755,20 @@ impl DiskStorage {
 }
 
 impl DiskShared {
-    /// fsync the objects directory (renames and unlinks in it survive a power loss).
-    async fn sync_objects_dir(&self) -> io::Result<()> {
-        let Some(dir) = self.objects_dir.clone() else {
-            return Ok(());
-        };
+    /// fsync one object subdirectory (renames and unlinks in it survive a power loss).
+    async fn sync_subdir(&self, subdir: usize) -> io::Result<()> {
         // Read before the fsync starts: the unlinks done by then are what it makes durable.
-        let upto = self.index.lock().unlinks;
-        blocking(move || dir.sync_all()).await?;
-        self.dir_synced.fetch_max(upto, Ordering::Relaxed);
+        let upto = self.index.lock().unlinks[subdir];
+        let dir = self.layout.subdir_path(subdir);
+        blocking(move || sync_dir(&dir)).await?;
+        self.dir_synced[subdir].fetch_max(upto, Ordering::Relaxed);
         self.dir_syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    fn object_path(&self, key: &CacheKey, seq: u64) -> PathBuf {
-        self.objects.join(object_name(key, seq))
+    /// Whether an unlink in `subdir` may still be undone by a power loss.
+    fn unsynced(&self, index: &Index, subdir: usize) -> bool {
+        index.unlinks[subdir] > self.dir_synced[subdir].load(Ordering::Relaxed)
     }
 
     /// Give back a write's charged bytes (once: the charge is swapped out).
@@ -796,7 +782,7 @@ impl DiskShared {
         if let WriteState::Aborted(reason) = write.cell.state() {
             return Err(reason);
         }
-        index.make_room(n, self.capacity, &self.objects);
+        index.make_room(n, self.capacity, &self.layout);
         if index.used.saturating_add(n) > self.capacity {
             return Err(AbortReason::TooLarge {
                 limit: self.capacity,
@@ -830,7 +816,7 @@ impl DiskShared {
         let mut index = self.index.lock();
         if index.objects.get(key).is_some_and(|s| s.seq == seq) {
             tracing::warn!(?key, "stream-cache: dropping a corrupt object");
-            index.drop_object(key, &self.objects);
+            index.drop_object(key, &self.layout);
         }
     }
 }
@@ -894,13 +880,13 @@ impl Storage for DiskStorage {
             };
             // The clock is read only for objects that expire.
             if stored.expires_ms.is_some_and(|at| at <= now_ms()) {
-                index.drop_object(key, &self.shared.objects);
+                index.drop_object(key, &self.shared.layout);
                 return Ok(None);
             }
             stored.referenced = true;
             stored.seq
         };
-        let path = self.shared.object_path(key, seq);
+        let path = self.shared.layout.object_path(key, seq);
         let opened = blocking(move || open_stored(&path)).await?;
         let stored = match opened {
             Opened::Valid(stored) if stored.key == *key => stored,
@@ -999,8 +985,8 @@ impl Storage for DiskStorage {
                 // Replacing: the previous object stops being visible now (its readers keep
                 // their open files). A previous write in progress keeps going for the readers
                 // bound to it but will not publish.
-                index.drop_object(key, &shared.objects);
-                index.make_room(header.len() as u64, shared.capacity, &shared.objects);
+                index.drop_object(key, &shared.layout);
+                index.make_room(header.len() as u64, shared.capacity, &shared.layout);
                 if index.used + header.len() as u64 > shared.capacity {
                     write.cell.abort(AbortReason::TooLarge {
                         limit: shared.capacity,
@@ -1057,12 +1043,14 @@ impl Storage for DiskStorage {
                 write.cell.abort(AbortReason::Purged);
                 removed = true;
             }
-            removed |= index.drop_object(key, &self.shared.objects).is_some();
-            let unsynced = index.unlinks > self.shared.dir_synced.load(Ordering::Relaxed);
+            removed |= index.drop_object(key, &self.shared.layout).is_some();
+            let unsynced = self.shared.unsynced(&index, subdir_of(key));
             (removed, unsynced)
         };
         if unsynced && self.shared.durability == Durability::Full {
-            self.shared.sync_objects_dir().await?;
+            // Every file this key ever had lives in this one subdirectory: its own object's
+            // unlink and any evicted or replaced copy's are made durable by this one fsync.
+            self.shared.sync_subdir(subdir_of(key)).await?;
         }
         Ok(removed)
     }
@@ -1236,7 +1224,7 @@ impl BodyWriter for DiskWriter {
                 .get(&self.key)
                 .is_some_and(|current| current.seq == self.write.seq);
             if current {
-                let path = shared.object_path(&self.key, self.write.seq);
+                let path = shared.layout.object_path(&self.key, self.write.seq);
                 if let Err(error) = std::fs::rename(&self.write.tmp_path, &path) {
                     drop(index);
                     return Err(self.fail(io_error(error)));
@@ -1269,8 +1257,8 @@ impl BodyWriter for DiskWriter {
         if current && durable {
             // The object is complete and visible; a failed directory sync only means the
             // rename may not survive a power loss, which the next open tolerates.
-            if let Err(error) = shared.sync_objects_dir().await {
-                tracing::warn!(%error, "stream-cache: could not sync the objects directory");
+            if let Err(error) = shared.sync_subdir(subdir_of(&self.key)).await {
+                tracing::warn!(%error, "stream-cache: could not sync an object directory");
             }
         }
         Ok(len)
@@ -1461,7 +1449,7 @@ mod tests {
     /// objects: neither's write nor purge touches the other, before and after a restart.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn colliding_keys_are_both_stored() {
-        COLLIDE.store(true, Ordering::Relaxed);
+        layout::COLLIDE.store(true, Ordering::Relaxed);
         let root = std::env::temp_dir().join(format!(
             "stream-cache-collide-{}-{:?}",
             std::process::id(),
@@ -1470,7 +1458,7 @@ mod tests {
         let storage = DiskStorage::open(&root, 1 << 20).await.unwrap();
         store(&storage, "a", b"body of a").await;
         store(&storage, "b", b"body of b").await;
-        let names: Vec<_> = std::fs::read_dir(root.join("objects"))
+        let names: Vec<_> = std::fs::read_dir(root.join("objects").join("00"))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();

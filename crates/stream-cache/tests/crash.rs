@@ -9,10 +9,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use bytes::Bytes;
-use common::{TempDir, drain};
+use common::{TempDir, drain, object_files};
 use stream_cache::{AbortReason, BodyError, DiskStorage, ObjectMeta, Storage};
 
 const BODY_LEN: usize = 200 * 1024; // four checksum blocks, the last one short
@@ -38,15 +38,6 @@ enum Damage {
     FlipTable,
     /// The file cut short at `keep` bytes.
     Truncate { keep: usize },
-}
-
-fn object_files(root: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<_> = std::fs::read_dir(root.join("objects"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .collect();
-    files.sort();
-    files
 }
 
 /// Where the body starts in an object file (header: 40 fixed bytes, key, meta).

@@ -5,11 +5,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use common::{TempDir, drain};
+use common::{TempDir, drain, object_files};
 use stream_cache::{
     AbortReason, DiskStorage, Durability, ObjectMeta, Storage, StorageError, WriteError,
 };
@@ -35,21 +35,15 @@ async fn body_of(storage: &DiskStorage, key: &str) -> Option<Vec<u8>> {
     Some(body)
 }
 
-fn object_files(root: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<_> = std::fs::read_dir(root.join("objects"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .collect();
-    files.sort();
-    files
-}
-
+/// Bytes of the files (object and temp files; not the directories) under `root`.
 fn bytes_on_disk(root: &Path) -> u64 {
-    ["objects", "tmp"]
-        .iter()
-        .flat_map(|dir| std::fs::read_dir(root.join(dir)).unwrap())
-        .map(|entry| entry.unwrap().metadata().unwrap().len())
-        .sum()
+    let temp = std::fs::read_dir(root.join("tmp"))
+        .unwrap()
+        .map(|entry| entry.unwrap().metadata().unwrap().len());
+    let objects = object_files(root)
+        .into_iter()
+        .map(|path| std::fs::metadata(path).unwrap().len());
+    temp.chain(objects).sum()
 }
 
 /// Objects through a storage of a fraction of their total size: used bytes (and the files
