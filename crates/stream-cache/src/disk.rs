@@ -5,11 +5,27 @@
 //! - `tmp/<seq>-<pid>.tmp`: a body being written. Readers attached to that write share one read
 //!   handle and tail the file as it grows; the write's partial-body cell says how many bytes are
 //!   written and whether the write is open, complete or aborted.
-//! - `objects/<key hash>-<seq>.obj`: a complete object, renamed into place by `finish`. `seq` is
+//! - `objects/<dd>/<key hash>-<seq>.obj`: a complete object, renamed into place by `finish`.
+//!   `dd` is one of 256 subdirectories (`00`..`ff`), picked by a byte of the (mixed) key hash, so
+//!   every file a key ever has lives in the same one (`layout.rs` says why and how). `seq` is
 //!   unique per storage directory (the scan at `open` continues after the largest one found), so
 //!   two keys whose hashes collide get two files; the in-memory index maps the *full key* to its
 //!   file, and the header's key is compared again on every open. A collision is never another
 //!   key's body.
+//!
+//! Why subdirectories: with every object in one directory, the file system's cost per create,
+//! rename and unlink grew with the number of objects (ext4 here: an insert at capacity took 52
+//! µs with 1,000 objects and 114-198 µs with 100,000; an unlink 48 vs 133 µs under strace).
+//! 256 subdirectories hold about 400 files each at 100,000 objects, fewer than the 1,000-object
+//! single directory that measured fast (docs/benchmarks.md, "DiskStorage benchmarks"); they
+//! are created by `open` (256 empty directories, about 1 MiB on ext4, not charged to the
+//! capacity). Keys built to share a subdirectory (the hash is not keyed) only make that
+//! subdirectory slower, never wrong.
+//!
+//! Directories written by the flat layout of earlier versions (`objects/<key hash>-<seq>.obj`,
+//! same file format) are taken over, not dropped: the scan at `open` validates each such file as
+//! any other and moves the valid ones into their subdirectory (one rename each, made durable
+//! before `open` returns), so an upgrade keeps the cache warm.
 //!
 //! File format (integers little-endian): header (`HERDSC02`, key length u32, meta length u32,
 //! declared length u64, expiry in Unix milliseconds u64, body length u64, key, meta) + body +
@@ -45,12 +61,17 @@
 //!
 //! Durability (`Durability::Full`, the default). When `finish` returns `Ok`:
 //! - the file's bytes (header with its final body length, body, block table, tail) were written
-//!   and `fdatasync`ed *before* its rename into `objects/`: a name in `objects/` never points at
-//!   a file whose blocks were not yet on stable storage (`fdatasync` flushes the data and what
-//!   is needed to read it back, size and block map; not the timestamps, which nothing reads);
-//! - the objects directory was `fsync`ed *after* the rename: the object survives a power loss.
-//!   That fsync also makes every earlier unlink in the directory durable (a replaced object of
-//!   the same key included).
+//!   and `fdatasync`ed *before* its rename into its subdirectory: a name under `objects/` never
+//!   points at a file whose blocks were not yet on stable storage (`fdatasync` flushes the data
+//!   and what is needed to read it back, size and block map; not the timestamps, which nothing
+//!   reads);
+//! - the subdirectory it was renamed into was `fsync`ed *after* the rename: the object survives
+//!   a power loss. That fsync also makes every earlier unlink in that subdirectory durable (the
+//!   replaced object of the same key included: it lived in the same subdirectory);
+//! - the subdirectory's own entry is durable: `open` creates all 256 and fsyncs `objects/`
+//!   (and the root when it created `objects/` or `tmp/`, and the root's parent when it created
+//!   the root) before it returns, at every open, so subdirectories a `Durability::None` run
+//!   created are covered too (test `open_makes_the_subdirectories_durable`).
 //!
 //! That is one file `fdatasync` and one directory `fsync` per finished object (test
 //! `directory_syncs_per_finish_and_purge`). The file is written by position from the blocking
@@ -61,9 +82,13 @@
 //! batched across concurrent finishes: measured here one costs about 0.2 ms against 8 ms for
 //! the file's `fdatasync`.
 //!
-//! `purge` fsyncs the directory before it returns whenever an object file was unlinked since the
-//! last directory fsync began (its own, or an eviction's: an evicted copy of the key that came
-//! back after a power loss would undo the purge; test `purge_syncs_an_eviction_not_yet_synced`).
+//! `purge` fsyncs the subdirectory of the key's files before it returns whenever an object file
+//! in that subdirectory was unlinked since the last fsync of it began (its own, or an
+//! eviction's: an evicted copy of the key that came back after a power loss would undo the
+//! purge). Every file the key ever had lives in that subdirectory, so one fsync covers them
+//! all, and unsynced unlinks elsewhere cannot concern it: the rule is tracked per
+//! subdirectory (tests `purge_syncs_an_eviction_not_yet_synced`,
+//! `purge_syncs_the_subdirectory_with_the_unsynced_unlink`).
 //! Evictions, expiries and replacements alone are not synced: a file that reappears after a
 //! crash is a complete, verified object nobody purged; the scan keeps the newest per key and
 //! re-applies the capacity. So a key whose replacement began but never finished can come back
@@ -71,10 +96,12 @@
 //! `Durability::None` skips every fsync: faster, and a crash may lose recent objects or bring
 //! back purged ones (never serve a wrong one: the checksums still hold).
 //!
-//! Restart: `open` deletes every temp file, then scans `objects/` once, reading each file's
-//! header, table and tail (not its body): invalid files are removed, expired ones too, and the
-//! index and used bytes are rebuilt; if the files exceed the capacity, the oldest are evicted
-//! before `open` returns.
+//! Restart: `open` deletes every temp file, then walks `objects/` and its subdirectories once,
+//! reading each object file's header, table and tail (not its body): invalid files are removed,
+//! expired ones too, files of the flat layout are moved into place, and the index and used
+//! bytes are rebuilt; if the files exceed the capacity, the oldest are evicted before `open`
+//! returns. With `Durability::Full` every subdirectory the scan changed is fsynced before
+//! `open` returns.
 //!
 //! Locking: the index (current writes, complete objects, CLOCK, used bytes) is one mutex; cheap
 //! metadata syscalls (`rename`, `unlink`) run inside it so they are ordered with lookups; fsyncs
@@ -133,8 +160,8 @@ const CLOCK_SLACK: usize = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Durability {
-    /// `fdatasync` each finished file before its rename and fsync the directory after it; a
-    /// purge fsyncs the directory whenever an unlink is not yet durable: a finished object
+    /// `fdatasync` each finished file before its rename and fsync its directory after it; a
+    /// purge fsyncs the key's directory whenever an unlink in it is not yet durable: a finished object
     /// survives a power loss, a purged one stays purged (the default; see the module docs).
     #[default]
     Full,
@@ -218,7 +245,7 @@ impl DiskStorageBuilder {
                 fences: FenceTable::new(),
                 next_seq: AtomicU64::new(scan.next_seq),
                 dir_synced,
-                dir_syncs: AtomicU64::new(0),
+                dir_syncs: AtomicU64::new(scan.dir_syncs),
                 capacity,
                 max_object_size,
                 durability,
@@ -246,7 +273,7 @@ struct DiskShared {
     /// Per object subdirectory: `Index::unlinks` as it was when the last successful fsync of
     /// that subdirectory started: every unlink in it counted up to there is durable.
     dir_synced: Box<[AtomicU64]>,
-    /// Directory fsyncs done (for tests of the durability rules).
+    /// Directory fsyncs done, the restart scan's included (for tests of the durability rules).
     dir_syncs: AtomicU64,
     capacity: u64,
     max_object_size: u64,
@@ -522,6 +549,8 @@ fn no_runtime_io() -> io::Error {
 struct Scanned {
     index: Index,
     next_seq: u64,
+    /// Directory fsyncs the scan did.
+    dir_syncs: u64,
 }
 
 /// The restart scan (see the module docs). Runs on the blocking pool.
@@ -613,6 +642,11 @@ fn scan(
     }
     // Oldest first: nothing is referenced yet.
     index.make_room(0, capacity, layout);
+    let mut dir_syncs = 0;
+    let mut sync = |dir: &Path| {
+        dir_syncs += 1;
+        sync_dir(dir)
+    };
     if durability == Durability::Full {
         // Every removal, move and new directory is durable before `open` returns (the
         // per-subdirectory counters start out synced). New directories need their parent
@@ -620,19 +654,23 @@ fn scan(
         // subdirectories created by a run with `Durability::None` are durable too.
         for (subdir, unlinked) in index.unlinks.iter().enumerate() {
             if *unlinked > 0 || touched[subdir] {
-                sync_dir(&layout.subdir_path(subdir))?;
+                sync(&layout.subdir_path(subdir))?;
             }
         }
-        sync_dir(layout.objects())?;
+        sync(layout.objects())?;
         if created {
-            sync_dir(root)?;
+            sync(root)?;
         }
         if new_root {
             let parent = root.parent().filter(|p| !p.as_os_str().is_empty());
-            sync_dir(parent.unwrap_or(Path::new(".")))?;
+            sync(parent.unwrap_or(Path::new(".")))?;
         }
     }
-    Ok(Scanned { index, next_seq })
+    Ok(Scanned {
+        index,
+        next_seq,
+        dir_syncs,
+    })
 }
 
 impl Index {
@@ -741,10 +779,24 @@ impl DiskStorage {
         self.shared.capacity
     }
 
-    /// Directory fsyncs done so far (for tests of the durability rules).
+    /// Directory fsyncs done so far, `open`'s included (for tests of the durability rules).
     #[doc(hidden)]
     pub fn dir_syncs(&self) -> u64 {
         self.shared.dir_syncs.load(Ordering::Relaxed)
+    }
+
+    /// The subdirectory every file of `key` lives in (for tests of the layout).
+    #[doc(hidden)]
+    pub fn object_dir(&self, key: &CacheKey) -> PathBuf {
+        self.shared.layout.subdir_path(subdir_of(key))
+    }
+
+    /// Whether an unlink in the subdirectory of `key`'s files may still be undone by a power
+    /// loss (for tests of the durability rules).
+    #[doc(hidden)]
+    pub fn unsynced_unlinks(&self, key: &CacheKey) -> bool {
+        let index = self.shared.index.lock();
+        self.shared.unsynced(&index, subdir_of(key))
     }
 
     /// Records in the eviction queue (for tests of the bookkeeping bound).
@@ -1024,13 +1076,13 @@ impl Storage for DiskStorage {
         }))
     }
 
-    /// With `Durability::Full` the directory is fsynced before `purge` returns whenever an
-    /// object file was unlinked since the last directory fsync: this key's, or any other (an
-    /// eviction is not synced by itself, and an evicted copy of this key that reappeared after
-    /// a power loss would undo the purge).
+    /// With `Durability::Full` the subdirectory of the key's files is fsynced before `purge`
+    /// returns whenever an object file in it was unlinked since its last fsync: this key's, or
+    /// any other there (an eviction is not synced by itself, and an evicted copy of this key
+    /// that reappeared after a power loss would undo the purge).
     ///
     /// Cancel safety: the purge is applied in the first poll; with `Durability::Full` it then
-    /// fsyncs the directory on the blocking pool: dropped there, the purge holds in this process
+    /// fsyncs the subdirectory on the blocking pool: dropped there, the purge holds in this process
     /// but may not survive a power loss.
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
         let (removed, unsynced) = {

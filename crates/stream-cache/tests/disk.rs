@@ -369,3 +369,148 @@ async fn purge_syncs_an_eviction_not_yet_synced() {
     assert_eq!(storage.dir_syncs(), before + 1);
     writer.finish().await.unwrap();
 }
+
+/// The first key of the form `{prefix}{i}` whose files live in (`same`) or outside
+/// (`!same`) `dir`.
+fn key_in(storage: &DiskStorage, prefix: &str, dir: &Path, same: bool) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|key| (storage.object_dir(&key.as_str().into()) == dir) == same)
+        .unwrap()
+}
+
+/// With object files in subdirectories, `purge` syncs the subdirectory of the purged key's
+/// files (where every file the key ever had lives) whenever an unlink in it is not yet
+/// durable, and only that one: an unsynced eviction in another subdirectory cannot bring back
+/// a file of this key. A `finish` syncs its own subdirectory (which also makes the unlink of the
+/// object it replaced durable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_syncs_the_subdirectory_with_the_unsynced_unlink() {
+    let dir = TempDir::new();
+    let storage = DiskStorage::open(dir.path(), 150 * 1024).await.unwrap();
+    let a_dir = storage.object_dir(&"a".into());
+    let elsewhere = key_in(&storage, "x", &a_dir, false);
+    let beside = key_in(&storage, "y", &a_dir, true);
+    store(&storage, "a", ObjectMeta::default(), &pattern(60 * 1024, 1)).await;
+    assert!(!storage.unsynced_unlinks(&"a".into()));
+    store(&storage, "b", ObjectMeta::default(), &pattern(60 * 1024, 2)).await;
+    // A write in progress evicts "a"; no finish (and so no directory sync) follows yet.
+    let mut writer = storage
+        .begin_write(&"c".into(), ObjectMeta::default())
+        .await
+        .unwrap();
+    writer
+        .write(Bytes::from(pattern(60 * 1024, 3)))
+        .await
+        .unwrap();
+    assert!(storage.lookup(&"a".into()).await.unwrap().is_none());
+    assert!(
+        storage.unsynced_unlinks(&"a".into()),
+        "a's eviction is not durable yet"
+    );
+    assert!(!storage.unsynced_unlinks(&elsewhere.as_str().into()));
+
+    let before = storage.dir_syncs();
+    assert!(!storage.purge(&elsewhere.as_str().into()).await.unwrap());
+    assert_eq!(
+        storage.dir_syncs(),
+        before,
+        "nothing unsynced where its files live"
+    );
+    assert!(storage.unsynced_unlinks(&"a".into()));
+
+    assert!(!storage.purge(&beside.as_str().into()).await.unwrap());
+    assert_eq!(
+        storage.dir_syncs(),
+        before + 1,
+        "a's subdirectory is synced"
+    );
+    assert!(!storage.unsynced_unlinks(&"a".into()));
+    writer.finish().await.unwrap();
+
+    // A replacement unlinks the old file at `begin_write`; the `finish` syncs the same
+    // subdirectory after its rename, which makes that unlink durable too.
+    store(&storage, "a", ObjectMeta::default(), b"one").await;
+    store(&storage, "a", ObjectMeta::default(), b"two").await;
+    assert!(!storage.unsynced_unlinks(&"a".into()));
+}
+
+/// `open` creates the 256 object subdirectories and makes them durable (a new subdirectory's
+/// entry needs its parent synced): on a fresh root it syncs `objects/` and the root, on a
+/// reopen `objects/` again (cheap, and it covers subdirectories a `Durability::None` run
+/// created); `Durability::None` syncs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_makes_the_subdirectories_durable() {
+    let dir = TempDir::new();
+    let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
+    assert_eq!(storage.dir_syncs(), 2, "objects/ and the root");
+    let subdirs: Vec<_> = std::fs::read_dir(dir.path().join("objects"))
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .collect();
+    assert_eq!(subdirs.len(), 256);
+    assert!(subdirs.iter().all(|e| e.file_type().unwrap().is_dir()));
+    drop(storage);
+    let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
+    assert_eq!(storage.dir_syncs(), 1, "objects/");
+    drop(storage);
+
+    let none_dir = TempDir::new();
+    let none = DiskStorage::builder(none_dir.path(), 1 << 20)
+        .durability(Durability::None)
+        .open()
+        .await
+        .unwrap();
+    assert_eq!(none.dir_syncs(), 0);
+}
+
+/// A directory written by the flat layout of earlier versions (every object file directly in
+/// `objects/`, same file format) is taken over: `open` moves each valid file into its
+/// subdirectory, keeps the newest file per key, and serves every object byte-exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flat_layout_files_are_moved_into_place() {
+    let dir = TempDir::new();
+    let (used, stale) = {
+        let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
+        store(&storage, "k0", ObjectMeta::default(), b"replaced").await;
+        let stale = object_files(dir.path())[0].clone();
+        let kept = std::fs::read(&stale).unwrap();
+        for i in 0..10u8 {
+            let key = format!("k{i}");
+            store(&storage, &key, ObjectMeta::default(), &pattern(5000, i)).await;
+        }
+        // The replaced object of k0 reappears (an unlink lost by a crash of the old version).
+        std::fs::write(&stale, kept).unwrap();
+        (storage.used_bytes(), stale)
+    };
+    // Flatten: what the old version left.
+    let objects = dir.path().join("objects");
+    for file in object_files(dir.path()) {
+        std::fs::rename(&file, objects.join(file.file_name().unwrap())).unwrap();
+    }
+    for entry in std::fs::read_dir(&objects).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            std::fs::remove_dir(path).unwrap();
+        }
+    }
+    let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
+    assert_eq!(storage.len(), 10);
+    assert_eq!(storage.used_bytes(), used);
+    for i in 0..10u8 {
+        let key = format!("k{i}");
+        assert_eq!(body_of(&storage, &key).await, Some(pattern(5000, i)));
+    }
+    let files = object_files(dir.path());
+    assert_eq!(files.len(), 10, "the older k0 file is gone");
+    assert!(!files.iter().any(|f| f.file_name() == stale.file_name()));
+    assert!(
+        files.iter().all(|f| f.parent() != Some(&*objects)),
+        "every file is in a subdirectory"
+    );
+    for i in 0..10u8 {
+        let key = format!("k{i}");
+        let home = storage.object_dir(&key.as_str().into());
+        assert!(files.iter().any(|f| f.parent() == Some(&*home)), "{key}");
+    }
+}
