@@ -447,14 +447,17 @@ fn report_eviction(rt: &tokio::runtime::Runtime, rounds: u32) {
         let full = storage.len();
         stores.push((count, dir, storage, capacity, next, full));
     }
-    // The fills left dirty pages (most for the largest count): flush them first, so that
-    // writeback of the fill does not land in one contender's timed batches.
-    let _ = std::process::Command::new("sync").status();
     let mut runs: Vec<Box<dyn FnMut() -> Duration + '_>> = stores
         .iter()
         .map(|(_, _, storage, capacity, next, _)| {
             let object = &object;
             Box::new(move || {
+                // Every batch starts with every resident file on disk (not only in the page
+                // cache), as in a cache that has been at capacity for a while: otherwise the
+                // smallest count evicts files it wrote moments before, whose blocks were never
+                // allocated (delayed allocation), while the largest evicts files that reached
+                // the disk, and the comparison measures writeback instead of the storage.
+                let _ = std::process::Command::new("sync").status();
                 let start = Instant::now();
                 rt.block_on(async {
                     for _ in 0..batch {
