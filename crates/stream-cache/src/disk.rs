@@ -13,14 +13,19 @@
 //!   file, and the header's key is compared again on every open. A collision is never another
 //!   key's body.
 //!
-//! Why subdirectories: with every object in one directory, the file system's cost per create,
-//! rename and unlink grew with the number of objects (ext4 here: an insert at capacity took 52
-//! µs with 1,000 objects and 114-198 µs with 100,000; an unlink 48 vs 133 µs under strace).
-//! 256 subdirectories hold about 400 files each at 100,000 objects, fewer than the 1,000-object
-//! single directory that measured fast (docs/benchmarks.md, "DiskStorage benchmarks"); they
-//! are created by `open` (256 empty directories, about 1 MiB on ext4, not charged to the
-//! capacity). Keys built to share a subdirectory (the hash is not keyed) only make that
-//! subdirectory slower, never wrong.
+//! Why subdirectories: one directory of every object is what nginx (`levels=`) and Squid
+//! (`L1`/`L2`) avoid, because a directory's cost per create, rename and unlink and its listing
+//! grow with its size, and because file systems cap it (ext4 without `large_dir` refuses new
+//! entries once its two-level hashed index is full, around ten million names). 256
+//! subdirectories hold about 400 files each at 100,000 objects and stay far from such limits
+//! up to hundreds of millions. On this machine's ext4 the per-insert cost at capacity measured
+//! flat from 1,000 to 100,000 objects with either layout once the benchmark compared like with
+//! like (docs/benchmarks.md, "DiskStorage benchmarks", says what it compared before and what
+//! the subdirectories changed: 0-15% at 100,000 objects). 256 rather than nginx's 4,096: no
+//! difference was measurable at the issue's scale, and 4,096 empty directories cost 16 MiB
+//! (not charged to the capacity) and 4,096 directory reads per `open`; 256 cost 1 MiB. They
+//! are created by `open`. Keys built to share a subdirectory (the hash is not keyed) only make
+//! that subdirectory slower, never wrong.
 //!
 //! Directories written by the flat layout of earlier versions (`objects/<key hash>-<seq>.obj`,
 //! same file format) are taken over, not dropped: the scan at `open` validates each such file as
@@ -76,11 +81,13 @@
 //! That is one file `fdatasync` and one directory `fsync` per finished object (test
 //! `directory_syncs_per_finish_and_purge`). The file is written by position from the blocking
 //! pool, one trip per chunk with no staging copy, and the header, footer and `fdatasync` take
-//! one trip at `finish`: with the flush it costs 1.1x the same protocol done by hand with
-//! `tokio::fs`, and 1.1-1.9x a bare `tokio::fs` write + `sync_all`, which skips the rename's
-//! directory sync (docs/benchmarks.md, "DiskStorage benchmarks"). Directory fsyncs are not
-//! batched across concurrent finishes: measured here one costs about 0.2 ms against 8 ms for
-//! the file's `fdatasync`.
+//! one trip at `finish`. With the flush a 16 MiB object costs 1.2-1.5x the same protocol done
+//! by hand with `tokio::fs` and 1.2-1.5x a bare `tokio::fs` write + `sync_all` on this machine
+//! (ext4 without a journal): a rewrite + `sync_all` needs no new file (whose first sync also
+//! writes its directory entry) and no second, ordered flush for the rename, and this format
+//! writes the body at offset 41, across page-cache folios (docs/benchmarks.md, "DiskStorage
+//! benchmarks", measures each part). Directory fsyncs are not batched across concurrent
+//! finishes: measured here one costs 0.1-0.2 ms against 5-9 ms for the file's `fdatasync`.
 //!
 //! `purge` fsyncs the subdirectory of the key's files before it returns whenever an object file
 //! in that subdirectory was unlinked since the last fsync of it began (its own, or an
