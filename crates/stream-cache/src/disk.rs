@@ -32,12 +32,18 @@
 //! any other and moves the valid ones into their subdirectory (one rename each, made durable
 //! before `open` returns), so an upgrade keeps the cache warm.
 //!
-//! File format (integers little-endian): header (`HERDSC02`, key length u32, meta length u32,
-//! declared length u64, expiry in Unix milliseconds u64, body length u64, key, meta) + body +
-//! block table (XXH3-64 of each 64 KiB block of the body) + tail (body length u64, XXH3-64 of
-//! header + table + body length, `HERDEND2`). The header's body length is patched in by `finish`
-//! (`u64::MAX` until then). A file is served only if the magics match, the header's and the
-//! tail's body lengths agree, the file is exactly as long as they say, and the tail's checksum
+//! File format, version 3 (integers little-endian): body + block table (XXH3-64 of each 64 KiB
+//! block of the body) + header (`HERDSC03`, key length u32, meta length u32, declared length
+//! u64, expiry in Unix milliseconds u64, body length u64, key, meta) + tail (header length u64,
+//! body length u64, XXH3-64 of header + table + body length, `HERDEND3`). Table, header and
+//! tail are written by `finish` in one write. The body comes first so that it starts at offset
+//! 0: 64 KiB chunks then fill whole page-cache folios, where a body at offset 41 (the header's
+//! length with a 1-byte key) cost 50% more per write on this machine's kernel
+//! (docs/benchmarks.md, "DiskStorage benchmarks"). Version 2 files (`HERDSC02` header first,
+//! then body, table and a tail of body length, checksum and `HERDEND2`), written by earlier
+//! versions, are still read and served; new files are always version 3. A file is served only
+//! if the magics match, the header's and the tail's lengths agree, the file is exactly as long
+//! as they say, and the tail's checksum
 //! matches; otherwise it is a miss and the file is removed. Readers of a finished file verify
 //! each block against the table *before* returning any byte of it: a block that does not match
 //! ends the read with `Err(Aborted(Corrupt))` (and drops the object), never `Ok(None)` and never
@@ -141,14 +147,19 @@ mod layout;
 
 use layout::{Layout, SUBDIRS, subdir_of, sync_dir};
 
-const HEAD_MAGIC: &[u8; 8] = b"HERDSC02";
-const TAIL_MAGIC: &[u8; 8] = b"HERDEND2";
+const HEAD_MAGIC: &[u8; 8] = b"HERDSC03";
+const TAIL_MAGIC: &[u8; 8] = b"HERDEND3";
+/// The format before the header moved behind the body (still read, never written).
+const HEAD_MAGIC_V2: &[u8; 8] = b"HERDSC02";
+const TAIL_MAGIC_V2: &[u8; 8] = b"HERDEND2";
 /// Magic, key length, meta length, declared length, expiry, body length.
 const HEAD_FIXED: u64 = 8 + 4 + 4 + 8 + 8 + 8;
-/// Where the header's body length sits (patched by `finish`).
+/// Where the header's body length sits (filled in by `finish`).
 const BODY_LEN_AT: u64 = 32;
-/// Body length, checksum, magic.
-const TAIL_FIXED: u64 = 8 + 8 + 8;
+/// Header length, body length, checksum, magic.
+const TAIL_FIXED: u64 = 8 + 8 + 8 + 8;
+/// Body length, checksum, magic (version 2).
+const TAIL_FIXED_V2: u64 = 8 + 8 + 8;
 const NONE: u64 = u64::MAX;
 /// Checksum block size.
 pub(crate) const BLOCK: u64 = 64 * 1024;
@@ -453,7 +464,8 @@ enum Opened {
     Valid(StoredObject),
 }
 
-/// Open and validate `path` as a complete object (see the module docs for every check).
+/// Open and validate `path` as a complete object (see the module docs for every check). Reads
+/// both formats: the current one (body first) and version 2 (header first).
 fn open_stored(path: &Path) -> io::Result<Opened> {
     let file = match std::fs::File::open(path) {
         Ok(file) => file,
@@ -461,12 +473,45 @@ fn open_stored(path: &Path) -> io::Result<Opened> {
         Err(error) => return Err(error),
     };
     let file_len = file.metadata()?.len();
-    if file_len < HEAD_FIXED + TAIL_FIXED {
+    if file_len < HEAD_FIXED + TAIL_FIXED_V2 {
         return Ok(Opened::Invalid("shorter than header and tail"));
     }
+    let mut magic = [0u8; 8];
+    read_exact_at(&file, &mut magic, file_len - 8)?;
+    let v3 = match &magic {
+        m if m == TAIL_MAGIC => true,
+        m if m == TAIL_MAGIC_V2 => false,
+        _ => return Ok(Opened::Invalid("tail magic")),
+    };
+    let (tail_len, head_magic) = if v3 {
+        (TAIL_FIXED, HEAD_MAGIC)
+    } else {
+        (TAIL_FIXED_V2, HEAD_MAGIC_V2)
+    };
+    if file_len < HEAD_FIXED + tail_len {
+        return Ok(Opened::Invalid("shorter than header and tail"));
+    }
+    let mut tail = [0u8; TAIL_FIXED as usize];
+    let tail = &mut tail[..tail_len as usize];
+    read_exact_at(&file, tail, file_len - tail_len)?;
+    let fields = if v3 { &tail[8..] } else { &tail[..] };
+    let body_len = le_u64(&fields[..8]);
+    let sum = le_u64(&fields[8..16]);
+    let Some(table_len) = blocks_for(body_len).checked_mul(8) else {
+        return Ok(Opened::Invalid("file length differs from header and tail"));
+    };
+    // Version 3: body, table, header, tail. Version 2: header, body, table, tail.
+    let header_at = if v3 {
+        match body_len.checked_add(table_len) {
+            Some(at) if at.saturating_add(HEAD_FIXED) <= file_len => at,
+            _ => return Ok(Opened::Invalid("file length differs from header and tail")),
+        }
+    } else {
+        0
+    };
     let mut fixed = [0u8; HEAD_FIXED as usize];
-    read_exact_at(&file, &mut fixed, 0)?;
-    if &fixed[..8] != HEAD_MAGIC {
+    read_exact_at(&file, &mut fixed, header_at)?;
+    if &fixed[..8] != head_magic {
         return Ok(Opened::Invalid("header magic"));
     }
     let key_len = le_u32(&fixed[8..12]);
@@ -474,31 +519,33 @@ fn open_stored(path: &Path) -> io::Result<Opened> {
     let declared = le_u64(&fixed[16..24]);
     let expires = le_u64(&fixed[24..32]);
     let head_body_len = le_u64(&fixed[32..40]);
-    let mut tail = [0u8; TAIL_FIXED as usize];
-    read_exact_at(&file, &mut tail, file_len - TAIL_FIXED)?;
-    if &tail[16..] != TAIL_MAGIC {
-        return Ok(Opened::Invalid("tail magic"));
-    }
-    let body_len = le_u64(&tail[..8]);
-    let sum = le_u64(&tail[8..16]);
     if head_body_len != body_len {
         return Ok(Opened::Invalid(
             "header and tail disagree on the body length",
         ));
     }
     let header_len = HEAD_FIXED + key_len + meta_len;
-    let table_len = blocks_for(body_len).checked_mul(8);
-    let expected_len = table_len
-        .and_then(|t| header_len.checked_add(body_len)?.checked_add(t))
-        .and_then(|n| n.checked_add(TAIL_FIXED));
+    if v3 && le_u64(&tail[..8]) != header_len {
+        return Ok(Opened::Invalid(
+            "header and tail disagree on the header length",
+        ));
+    }
+    let expected_len = header_len
+        .checked_add(body_len)
+        .and_then(|n| n.checked_add(table_len))
+        .and_then(|n| n.checked_add(tail_len));
     if expected_len != Some(file_len) {
         return Ok(Opened::Invalid("file length differs from header and tail"));
     }
-    let table_len = table_len.unwrap_or(0);
     let mut header = vec![0u8; header_len as usize];
-    read_exact_at(&file, &mut header, 0)?;
+    read_exact_at(&file, &mut header, header_at)?;
+    let (body_offset, table_at) = if v3 {
+        (0, body_len)
+    } else {
+        (header_len, header_len + body_len)
+    };
     let mut table = vec![0u8; table_len as usize];
-    read_exact_at(&file, &mut table, header_len + body_len)?;
+    read_exact_at(&file, &mut table, table_at)?;
     if footer_sum(&header, &table, body_len) != sum {
         return Ok(Opened::Invalid("header or block table checksum"));
     }
@@ -519,7 +566,7 @@ fn open_stored(path: &Path) -> io::Result<Opened> {
             expires_at: expires_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
         },
         expires_ms,
-        body_offset: header_len,
+        body_offset,
         body_len,
         file_len,
         blocks,
@@ -1006,10 +1053,9 @@ impl Storage for DiskStorage {
             path: Some(tmp_path.clone()),
         };
         let header = encode_header(key, &meta)?;
-        // One trip to the blocking pool. The header is written by `finish`, with its final
-        // body length, in the same trip as the footer; until then the file starts with a hole
-        // where the header goes, which nobody reads (readers of a write in progress read from
-        // `body_offset` on; temp files are never served and are deleted by the next `open`).
+        // One trip to the blocking pool. The body starts at offset 0 (64 KiB chunks land on
+        // page-cache folio boundaries); the header is written by `finish`, with its final body
+        // length, after the block table, in the same trip. Its bytes are charged now.
         let file = {
             let path = tmp_path.clone();
             blocking(move || {
@@ -1033,7 +1079,7 @@ impl Storage for DiskStorage {
             ),
             meta,
             file: Arc::new(file),
-            body_offset: header.len() as u64,
+            body_offset: 0,
             tmp_path,
             charged: AtomicU64::new(0),
         });
@@ -1072,7 +1118,7 @@ impl Storage for DiskStorage {
         Ok(Box::new(DiskWriter {
             shared: Arc::clone(shared),
             key: key.clone(),
-            end: header.len() as u64,
+            end: 0,
             write,
             header,
             blocks: Vec::new(),
@@ -1173,7 +1219,8 @@ impl DiskWriter {
         }
     }
 
-    /// The block table and tail for a body of `len` bytes; fills in the header's body length.
+    /// What follows a body of `len` bytes: block table, header (with its body length filled
+    /// in) and tail.
     fn footer(&mut self, len: u64) -> Vec<u8> {
         if self.block_fill > 0 {
             self.blocks.push(self.block_hasher.digest());
@@ -1181,11 +1228,15 @@ impl DiskWriter {
         }
         self.header[BODY_LEN_AT as usize..(BODY_LEN_AT + 8) as usize]
             .copy_from_slice(&len.to_le_bytes());
-        let mut footer = Vec::with_capacity(self.blocks.len() * 8 + TAIL_FIXED as usize);
+        let mut table = Vec::with_capacity(self.blocks.len() * 8);
         for sum in &self.blocks {
-            footer.extend_from_slice(&sum.to_le_bytes());
+            table.extend_from_slice(&sum.to_le_bytes());
         }
-        let sum = footer_sum(&self.header, &footer, len);
+        let sum = footer_sum(&self.header, &table, len);
+        let mut footer = table;
+        footer.reserve(self.header.len() + TAIL_FIXED as usize);
+        footer.extend_from_slice(&self.header);
+        footer.extend_from_slice(&(self.header.len() as u64).to_le_bytes());
         footer.extend_from_slice(&len.to_le_bytes());
         footer.extend_from_slice(&sum.to_le_bytes());
         footer.extend_from_slice(TAIL_MAGIC);
@@ -1249,21 +1300,22 @@ impl BodyWriter for DiskWriter {
             Err(reason) => return Err(self.fail(reason)),
         };
         let footer = self.footer(len);
-        if let Err(reason) = self.shared.reserve(&self.write, footer.len() as u64) {
+        // The header's bytes were charged by `begin_write`.
+        let more = (footer.len() - self.header.len()) as u64;
+        if let Err(reason) = self.shared.reserve(&self.write, more) {
             return Err(self.fail(reason));
         }
         let durable = self.shared.durability == Durability::Full;
-        // Footer, header (with its body length) and, when durable, `fdatasync`: one trip to
-        // the blocking pool. `fdatasync` flushes the bytes and what is needed to read them
-        // back (the file's size and block map), not its timestamps, which nothing reads.
+        // Block table, header (with its body length), tail and, when durable, `fdatasync`:
+        // one write and one trip to the blocking pool. `fdatasync` flushes the bytes and what
+        // is needed to read them back (the file's size and block map), not its timestamps,
+        // which nothing reads.
         let written = {
             let file = Arc::clone(&self.write.file);
-            let header = std::mem::take(&mut self.header);
             let at = self.end;
             self.in_flight = true;
             blocking(move || {
                 write_all_at(&file, &footer, at)?;
-                write_all_at(&file, &header, 0)?;
                 if durable {
                     file.sync_data()?;
                 }

@@ -35,6 +35,36 @@ async fn body_of(storage: &DiskStorage, key: &str) -> Option<Vec<u8>> {
     Some(body)
 }
 
+fn le64(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes[..8].try_into().unwrap())
+}
+
+/// The same object in the file format of earlier versions (version 2: header, body, block
+/// table, then a 24-byte tail of body length, checksum and `HERDEND2`; the header's magic
+/// `HERDSC02`), from a file in the current format (body, block table, header, then a 32-byte
+/// tail of header length, body length, checksum and `HERDEND3`).
+fn to_version_2(file: &[u8]) -> Vec<u8> {
+    let n = file.len();
+    let header_len = le64(&file[n - 32..]) as usize;
+    let body_len = le64(&file[n - 24..]) as usize;
+    let header_at = n - 32 - header_len;
+    let mut header = file[header_at..n - 32].to_vec();
+    assert_eq!(&header[..8], b"HERDSC03");
+    header[..8].copy_from_slice(b"HERDSC02");
+    let table = &file[body_len..header_at];
+    let mut sum = xxhash_rust::xxh3::Xxh3Default::new();
+    sum.update(&header);
+    sum.update(table);
+    sum.update(&(body_len as u64).to_le_bytes());
+    let mut out = header;
+    out.extend_from_slice(&file[..body_len]);
+    out.extend_from_slice(table);
+    out.extend_from_slice(&(body_len as u64).to_le_bytes());
+    out.extend_from_slice(&sum.digest().to_le_bytes());
+    out.extend_from_slice(b"HERDEND2");
+    out
+}
+
 /// Bytes of the files (object and temp files; not the directories) under `root`.
 fn bytes_on_disk(root: &Path) -> u64 {
     let temp = std::fs::read_dir(root.join("tmp"))
@@ -189,9 +219,11 @@ async fn header_footer_length_mismatch_is_a_miss_and_removed() {
     }
     let files = object_files(dir.path());
     assert_eq!(files.len(), 1);
-    // The declared length (header bytes 16..24) now says 1001.
+    // The declared length (header bytes 16..24; the header sits before the 32-byte tail,
+    // whose first field is its length) now says 1001.
     let mut bytes = std::fs::read(&files[0]).unwrap();
-    bytes[16..24].copy_from_slice(&1001u64.to_le_bytes());
+    let header_at = bytes.len() - 32 - le64(&bytes[bytes.len() - 32..]) as usize;
+    bytes[header_at + 16..header_at + 24].copy_from_slice(&1001u64.to_le_bytes());
     std::fs::write(&files[0], &bytes).unwrap();
     let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
     assert!(storage.lookup(&"k".into()).await.unwrap().is_none());
@@ -288,7 +320,7 @@ async fn objects_through_a_tenth_of_their_size() {
     // Listing the directory costs O(objects): check the files on disk a few hundred times.
     let disk_check_every = (count / 8).clamp(1, 250);
     let body = pattern(200, 1);
-    let file_len = 40 + 6 + 200 + 8 + 24; // header with a 6-byte key, body, one block, tail
+    let file_len = 40 + 6 + 200 + 8 + 32; // header with a 6-byte key, body, one block, tail
     let capacity = count * file_len / 10;
     let storage = DiskStorage::builder(dir.path(), capacity)
         .durability(Durability::None)
@@ -464,9 +496,9 @@ async fn open_makes_the_subdirectories_durable() {
     assert_eq!(none.dir_syncs(), 0);
 }
 
-/// A directory written by the flat layout of earlier versions (every object file directly in
-/// `objects/`, same file format) is taken over: `open` moves each valid file into its
-/// subdirectory, keeps the newest file per key, and serves every object byte-exact.
+/// A directory written by earlier versions (every object file directly in `objects/`, in
+/// file format version 2) is taken over: `open` moves each valid file into its subdirectory,
+/// keeps the newest file per key, and serves every object byte-exact, ranges included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flat_layout_files_are_moved_into_place() {
     let dir = TempDir::new();
@@ -483,10 +515,12 @@ async fn flat_layout_files_are_moved_into_place() {
         std::fs::write(&stale, kept).unwrap();
         (storage.used_bytes(), stale)
     };
-    // Flatten: what the old version left.
+    // Flatten and convert: what the old version left.
     let objects = dir.path().join("objects");
     for file in object_files(dir.path()) {
-        std::fs::rename(&file, objects.join(file.file_name().unwrap())).unwrap();
+        let old = to_version_2(&std::fs::read(&file).unwrap());
+        std::fs::remove_file(&file).unwrap();
+        std::fs::write(objects.join(file.file_name().unwrap()), old).unwrap();
     }
     for entry in std::fs::read_dir(&objects).unwrap() {
         let path = entry.unwrap().path();
@@ -496,11 +530,17 @@ async fn flat_layout_files_are_moved_into_place() {
     }
     let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
     assert_eq!(storage.len(), 10);
-    assert_eq!(storage.used_bytes(), used);
+    // Version 2 tails are 8 bytes shorter.
+    assert_eq!(storage.used_bytes(), used - 10 * 8);
     for i in 0..10u8 {
         let key = format!("k{i}");
         assert_eq!(body_of(&storage, &key).await, Some(pattern(5000, i)));
     }
+    let mut hit = storage.lookup(&"k3".into()).await.unwrap().unwrap();
+    hit.body.seek((100..200).into()).await.unwrap();
+    let (got, end) = drain(&mut *hit.body).await;
+    end.unwrap();
+    assert_eq!(got, pattern(5000, 3)[100..200]);
     let files = object_files(dir.path());
     assert_eq!(files.len(), 10, "the older k0 file is gone");
     assert!(!files.iter().any(|f| f.file_name() == stale.file_name()));
