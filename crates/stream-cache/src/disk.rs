@@ -61,17 +61,17 @@
 //! (a whole-body CRC could only say "bad" after serving every byte). The table costs 8 bytes per
 //! 64 KiB (0.012%). It is not a defence against an attacker who can write the cache directory.
 //!
-//! Capacity: every byte written to a file (header, body, table, tail) is charged when it is
-//! written, so the capacity holds at all times, counting writes in progress. To make room,
-//! complete objects are evicted (CLOCK with a referenced bit, as `MemStorage`); a write that
-//! cannot get room because everything else is in progress aborts with `TooLarge`. Evicting
-//! unlinks the file: readers that have it open keep reading it (Unix keeps an unlinked file
+//! Capacity: every byte written to a file (body, table, header, tail) is charged when it is
+//! written (the header's when the write begins), so the capacity holds at all times, counting
+//! writes in progress. To make room, complete objects are evicted (CLOCK with a referenced
+//! bit, as `MemStorage`); a write that cannot get room because everything else is in progress
+//! aborts with `TooLarge`. Evicting unlinks the file: readers that have it open keep reading it (Unix keeps an unlinked file
 //! alive while it is open; on Windows std opens files with delete sharing, so the name goes and
 //! the data stays until the last handle closes). Such files occupy disk until their readers
 //! finish, without being charged.
 //!
 //! Durability (`Durability::Full`, the default). When `finish` returns `Ok`:
-//! - the file's bytes (header with its final body length, body, block table, tail) were written
+//! - the file's bytes (body, block table, header with its final body length, tail) were written
 //!   and `fdatasync`ed *before* its rename into its subdirectory: a name under `objects/` never
 //!   points at a file whose blocks were not yet on stable storage (`fdatasync` flushes the data
 //!   and what is needed to read it back, size and block map; not the timestamps, which nothing
@@ -86,14 +86,15 @@
 //!
 //! That is one file `fdatasync` and one directory `fsync` per finished object (test
 //! `directory_syncs_per_finish_and_purge`). The file is written by position from the blocking
-//! pool, one trip per chunk with no staging copy, and the header, footer and `fdatasync` take
-//! one trip at `finish`. With the flush a 16 MiB object costs 1.2-1.5x the same protocol done
-//! by hand with `tokio::fs` and 1.2-1.5x a bare `tokio::fs` write + `sync_all` on this machine
-//! (ext4 without a journal): a rewrite + `sync_all` needs no new file (whose first sync also
-//! writes its directory entry) and no second, ordered flush for the rename, and this format
-//! writes the body at offset 41, across page-cache folios (docs/benchmarks.md, "DiskStorage
-//! benchmarks", measures each part). Directory fsyncs are not batched across concurrent
-//! finishes: measured here one costs 0.1-0.2 ms against 5-9 ms for the file's `fdatasync`.
+//! pool, one trip per chunk with no staging copy, and the block table, header, tail and
+//! `fdatasync` take one trip at `finish`. With the flush a 16 MiB object costs 0.95-1.10x a
+//! bare `tokio::fs` write + `sync_all` in most runs on this machine (1.3x in one of seven),
+//! although the
+//! protocol needs a new file (whose first sync also writes its directory entry on ext4 without
+//! a journal) and a second, ordered flush for the rename that a rewrite + `sync_all` does not
+//! (docs/benchmarks.md, "DiskStorage benchmarks", measures each part). Directory fsyncs are
+//! not batched across concurrent finishes: measured here one costs 0.1-0.2 ms against 5-9 ms
+//! for the file's `fdatasync`.
 //!
 //! `purge` fsyncs the subdirectory of the key's files before it returns whenever an object file
 //! in that subdirectory was unlinked since the last fsync of it began (its own, or an
