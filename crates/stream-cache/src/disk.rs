@@ -65,10 +65,10 @@
 //! written (the header's when the write begins), so the capacity holds at all times, counting
 //! writes in progress. To make room, complete objects are evicted (CLOCK with a referenced
 //! bit, as `MemStorage`); a write that cannot get room because everything else is in progress
-//! aborts with `TooLarge`. Evicting unlinks the file: readers that have it open keep reading it (Unix keeps an unlinked file
-//! alive while it is open; on Windows std opens files with delete sharing, so the name goes and
-//! the data stays until the last handle closes). Such files occupy disk until their readers
-//! finish, without being charged.
+//! aborts with `TooLarge`. Evicting unlinks the file: readers that have it open keep reading
+//! it (Unix keeps an unlinked file alive while it is open; on Windows std opens files with
+//! delete sharing, so the name goes and the data stays until the last handle closes). Such
+//! files occupy disk until their readers finish, without being charged.
 //!
 //! Durability (`Durability::Full`, the default). When `finish` returns `Ok`:
 //! - the file's bytes (body, block table, header with its final body length, tail) were written
