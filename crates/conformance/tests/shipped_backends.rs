@@ -38,22 +38,32 @@ fn damage_files(_root: &std::path::Path) {}
 #[cfg(unix)]
 fn damage_files(root: &std::path::Path) {
     use std::os::unix::fs::FileExt;
-    for entry in std::fs::read_dir(root.join("objects")).expect("objects dir") {
-        let path = entry.expect("entry").path();
+    // Object files sit in subdirectories of `objects/`.
+    let mut files = Vec::new();
+    for dir in std::fs::read_dir(root.join("objects")).expect("objects dir") {
+        let dir = dir.expect("entry").path();
+        if dir.is_dir() {
+            for entry in std::fs::read_dir(&dir).expect("object subdir") {
+                files.push(entry.expect("entry").path());
+            }
+        }
+    }
+    for path in files {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
             .expect("open object");
-        let mut header = [0u8; 40];
-        file.read_exact_at(&mut header, 0).expect("header");
-        let key_meta = u64::from(u32::from_le_bytes(header[8..12].try_into().unwrap()))
-            + u64::from(u32::from_le_bytes(header[12..16].try_into().unwrap()));
-        let body_len = u64::from_le_bytes(header[32..40].try_into().unwrap());
+        // The body starts at offset 0; its length is in the 32-byte tail (header length,
+        // body length, checksum, magic).
+        let len = file.metadata().expect("metadata").len();
+        let mut tail = [0u8; 32];
+        file.read_exact_at(&mut tail, len - 32).expect("tail");
+        let body_len = u64::from_le_bytes(tail[8..16].try_into().unwrap());
         if body_len == 0 {
             continue;
         }
-        let at = 40 + key_meta + body_len / 2;
+        let at = body_len / 2;
         let mut byte = [0u8; 1];
         file.read_exact_at(&mut byte, at).expect("body byte");
         byte[0] ^= 0x20;

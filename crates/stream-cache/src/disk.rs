@@ -5,18 +5,45 @@
 //! - `tmp/<seq>-<pid>.tmp`: a body being written. Readers attached to that write share one read
 //!   handle and tail the file as it grows; the write's partial-body cell says how many bytes are
 //!   written and whether the write is open, complete or aborted.
-//! - `objects/<key hash>-<seq>.obj`: a complete object, renamed into place by `finish`. `seq` is
+//! - `objects/<dd>/<key hash>-<seq>.obj`: a complete object, renamed into place by `finish`.
+//!   `dd` is one of 256 subdirectories (`00`..`ff`), picked by a byte of the (mixed) key hash, so
+//!   every file a key ever has lives in the same one (`layout.rs` says why and how). `seq` is
 //!   unique per storage directory (the scan at `open` continues after the largest one found), so
 //!   two keys whose hashes collide get two files; the in-memory index maps the *full key* to its
 //!   file, and the header's key is compared again on every open. A collision is never another
 //!   key's body.
 //!
-//! File format (integers little-endian): header (`HERDSC02`, key length u32, meta length u32,
-//! declared length u64, expiry in Unix milliseconds u64, body length u64, key, meta) + body +
-//! block table (XXH3-64 of each 64 KiB block of the body) + tail (body length u64, XXH3-64 of
-//! header + table + body length, `HERDEND2`). The header's body length is patched in by `finish`
-//! (`u64::MAX` until then). A file is served only if the magics match, the header's and the
-//! tail's body lengths agree, the file is exactly as long as they say, and the tail's checksum
+//! Why subdirectories: one directory of every object is what nginx (`levels=`) and Squid
+//! (`L1`/`L2`) avoid, because a directory's cost per create, rename and unlink and its listing
+//! grow with its size, and because file systems cap it (ext4 without `large_dir` refuses new
+//! entries once its two-level hashed index is full, around ten million names). 256
+//! subdirectories hold about 400 files each at 100,000 objects and stay far from such limits
+//! up to hundreds of millions. On this machine's ext4 the per-insert cost at capacity measured
+//! flat from 1,000 to 100,000 objects with either layout once the benchmark compared like with
+//! like (docs/benchmarks.md, "DiskStorage benchmarks", says what it compared before and what
+//! the subdirectories changed: 0-15% at 100,000 objects). 256 rather than nginx's 4,096: no
+//! difference was measurable at the scale, and 4,096 empty directories cost 16 MiB
+//! (not charged to the capacity) and 4,096 directory reads per `open`; 256 cost 1 MiB. They
+//! are created by `open`. Keys built to share a subdirectory (the hash is not keyed) only make
+//! that subdirectory slower, never wrong.
+//!
+//! Directories written by the flat layout of earlier versions (`objects/<key hash>-<seq>.obj`,
+//! same file format) are taken over, not dropped: the scan at `open` validates each such file as
+//! any other and moves the valid ones into their subdirectory (one rename each, made durable
+//! before `open` returns), so an upgrade keeps the cache warm.
+//!
+//! File format, version 3 (integers little-endian): body + block table (XXH3-64 of each 64 KiB
+//! block of the body) + header (`HERDSC03`, key length u32, meta length u32, declared length
+//! u64, expiry in Unix milliseconds u64, body length u64, key, meta) + tail (header length u64,
+//! body length u64, XXH3-64 of header + table + body length, `HERDEND3`). Table, header and
+//! tail are written by `finish` in one write. The body comes first so that it starts at offset
+//! 0: 64 KiB chunks then fill whole page-cache folios, where a body at offset 41 (the header's
+//! length with a 1-byte key) cost 50% more per write on this machine's kernel
+//! (docs/benchmarks.md, "DiskStorage benchmarks"). Version 2 files (`HERDSC02` header first,
+//! then body, table and a tail of body length, checksum and `HERDEND2`), written by earlier
+//! versions, are still read and served; new files are always version 3. A file is served only
+//! if the magics match, the header's and the tail's lengths agree, the file is exactly as long
+//! as they say, and the tail's checksum
 //! matches; otherwise it is a miss and the file is removed. Readers of a finished file verify
 //! each block against the table *before* returning any byte of it: a block that does not match
 //! ends the read with `Err(Aborted(Corrupt))` (and drops the object), never `Ok(None)` and never
@@ -34,36 +61,48 @@
 //! (a whole-body CRC could only say "bad" after serving every byte). The table costs 8 bytes per
 //! 64 KiB (0.012%). It is not a defence against an attacker who can write the cache directory.
 //!
-//! Capacity: every byte written to a file (header, body, table, tail) is charged when it is
-//! written, so the capacity holds at all times, counting writes in progress. To make room,
-//! complete objects are evicted (CLOCK with a referenced bit, as `MemStorage`); a write that
-//! cannot get room because everything else is in progress aborts with `TooLarge`. Evicting
-//! unlinks the file: readers that have it open keep reading it (Unix keeps an unlinked file
-//! alive while it is open; on Windows std opens files with delete sharing, so the name goes and
-//! the data stays until the last handle closes). Such files occupy disk until their readers
-//! finish, without being charged.
+//! Capacity: every byte written to a file (body, table, header, tail) is charged when it is
+//! written (the header's when the write begins), so the capacity holds at all times, counting
+//! writes in progress. To make room, complete objects are evicted (CLOCK with a referenced
+//! bit, as `MemStorage`); a write that cannot get room because everything else is in progress
+//! aborts with `TooLarge`. Evicting unlinks the file: readers that have it open keep reading
+//! it (Unix keeps an unlinked file alive while it is open; on Windows std opens files with
+//! delete sharing, so the name goes and the data stays until the last handle closes). Such
+//! files occupy disk until their readers finish, without being charged.
 //!
 //! Durability (`Durability::Full`, the default). When `finish` returns `Ok`:
-//! - the file's bytes (header with its final body length, body, block table, tail) were written
-//!   and `fdatasync`ed *before* its rename into `objects/`: a name in `objects/` never points at
-//!   a file whose blocks were not yet on stable storage (`fdatasync` flushes the data and what
-//!   is needed to read it back, size and block map; not the timestamps, which nothing reads);
-//! - the objects directory was `fsync`ed *after* the rename: the object survives a power loss.
-//!   That fsync also makes every earlier unlink in the directory durable (a replaced object of
-//!   the same key included).
+//! - the file's bytes (body, block table, header with its final body length, tail) were written
+//!   and `fdatasync`ed *before* its rename into its subdirectory: a name under `objects/` never
+//!   points at a file whose blocks were not yet on stable storage (`fdatasync` flushes the data
+//!   and what is needed to read it back, size and block map; not the timestamps, which nothing
+//!   reads);
+//! - the subdirectory it was renamed into was `fsync`ed *after* the rename: the object survives
+//!   a power loss. That fsync also makes every earlier unlink in that subdirectory durable (the
+//!   replaced object of the same key included: it lived in the same subdirectory);
+//! - the subdirectory's own entry is durable: `open` creates all 256 and fsyncs `objects/`
+//!   (and the root when it created `objects/` or `tmp/`, and the root's parent when it created
+//!   the root) before it returns, at every open, so subdirectories a `Durability::None` run
+//!   created are covered too (test `open_makes_the_subdirectories_durable`).
 //!
 //! That is one file `fdatasync` and one directory `fsync` per finished object (test
 //! `directory_syncs_per_finish_and_purge`). The file is written by position from the blocking
-//! pool, one trip per chunk with no staging copy, and the header, footer and `fdatasync` take
-//! one trip at `finish`: with the flush it costs 1.1x the same protocol done by hand with
-//! `tokio::fs`, and 1.1-1.9x a bare `tokio::fs` write + `sync_all`, which skips the rename's
-//! directory sync (docs/benchmarks.md, "DiskStorage benchmarks"). Directory fsyncs are not
-//! batched across concurrent finishes: measured here one costs about 0.2 ms against 8 ms for
-//! the file's `fdatasync`.
+//! pool, one trip per chunk with no staging copy, and the block table, header, tail and
+//! `fdatasync` take one trip at `finish`. With the flush a 16 MiB object costs 0.95-1.10x a
+//! bare `tokio::fs` write + `sync_all` in most runs on this machine (1.3x in one of seven),
+//! although the
+//! protocol needs a new file (whose first sync also writes its directory entry on ext4 without
+//! a journal) and a second, ordered flush for the rename that a rewrite + `sync_all` does not
+//! (docs/benchmarks.md, "DiskStorage benchmarks", measures each part). Directory fsyncs are
+//! not batched across concurrent finishes: measured here one costs 0.1-0.2 ms against 5-9 ms
+//! for the file's `fdatasync`.
 //!
-//! `purge` fsyncs the directory before it returns whenever an object file was unlinked since the
-//! last directory fsync began (its own, or an eviction's: an evicted copy of the key that came
-//! back after a power loss would undo the purge; test `purge_syncs_an_eviction_not_yet_synced`).
+//! `purge` fsyncs the subdirectory of the key's files before it returns whenever an object file
+//! in that subdirectory was unlinked since the last fsync of it began (its own, or an
+//! eviction's: an evicted copy of the key that came back after a power loss would undo the
+//! purge). Every file the key ever had lives in that subdirectory, so one fsync covers them
+//! all, and unsynced unlinks elsewhere cannot concern it: the rule is tracked per
+//! subdirectory (tests `purge_syncs_an_eviction_not_yet_synced`,
+//! `purge_syncs_the_subdirectory_with_the_unsynced_unlink`).
 //! Evictions, expiries and replacements alone are not synced: a file that reappears after a
 //! crash is a complete, verified object nobody purged; the scan keeps the newest per key and
 //! re-applies the capacity. So a key whose replacement began but never finished can come back
@@ -71,10 +110,12 @@
 //! `Durability::None` skips every fsync: faster, and a crash may lose recent objects or bring
 //! back purged ones (never serve a wrong one: the checksums still hold).
 //!
-//! Restart: `open` deletes every temp file, then scans `objects/` once, reading each file's
-//! header, table and tail (not its body): invalid files are removed, expired ones too, and the
-//! index and used bytes are rebuilt; if the files exceed the capacity, the oldest are evicted
-//! before `open` returns.
+//! Restart: `open` deletes every temp file, then walks `objects/` and its subdirectories once,
+//! reading each object file's header, table and tail (not its body): invalid files are removed,
+//! expired ones too, files of the flat layout are moved into place, and the index and used
+//! bytes are rebuilt; if the files exceed the capacity, the oldest are evicted before `open`
+//! returns. With `Durability::Full` every subdirectory the scan changed is fsynced before
+//! `open` returns.
 //!
 //! Locking: the index (current writes, complete objects, CLOCK, used bytes) is one mutex; cheap
 //! metadata syscalls (`rename`, `unlink`) run inside it so they are ordered with lookups; fsyncs
@@ -103,14 +144,23 @@ use crate::traits::{
     Storage, StorageUsage,
 };
 
-const HEAD_MAGIC: &[u8; 8] = b"HERDSC02";
-const TAIL_MAGIC: &[u8; 8] = b"HERDEND2";
+mod layout;
+
+use layout::{Layout, SUBDIRS, subdir_of, sync_dir};
+
+const HEAD_MAGIC: &[u8; 8] = b"HERDSC03";
+const TAIL_MAGIC: &[u8; 8] = b"HERDEND3";
+/// The format before the header moved behind the body (still read, never written).
+const HEAD_MAGIC_V2: &[u8; 8] = b"HERDSC02";
+const TAIL_MAGIC_V2: &[u8; 8] = b"HERDEND2";
 /// Magic, key length, meta length, declared length, expiry, body length.
 const HEAD_FIXED: u64 = 8 + 4 + 4 + 8 + 8 + 8;
-/// Where the header's body length sits (patched by `finish`).
+/// Where the header's body length sits (filled in by `finish`).
 const BODY_LEN_AT: u64 = 32;
-/// Body length, checksum, magic.
-const TAIL_FIXED: u64 = 8 + 8 + 8;
+/// Header length, body length, checksum, magic.
+const TAIL_FIXED: u64 = 8 + 8 + 8 + 8;
+/// Body length, checksum, magic (version 2).
+const TAIL_FIXED_V2: u64 = 8 + 8 + 8;
 const NONE: u64 = u64::MAX;
 /// Checksum block size.
 pub(crate) const BLOCK: u64 = 64 * 1024;
@@ -129,8 +179,8 @@ const CLOCK_SLACK: usize = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Durability {
-    /// `fdatasync` each finished file before its rename and fsync the directory after it; a
-    /// purge fsyncs the directory whenever an unlink is not yet durable: a finished object
+    /// `fdatasync` each finished file before its rename and fsync its directory after it; a
+    /// purge fsyncs the key's directory whenever an unlink in it is not yet durable: a finished object
     /// survives a power loss, a purged one stays purged (the default; see the module docs).
     #[default]
     Full,
@@ -180,14 +230,12 @@ impl DiskStorageBuilder {
         let tmp = self.root.join("tmp");
         let durability = self.durability;
         let capacity = self.capacity;
-        let (scan, objects_dir) = {
-            let objects = objects.clone();
+        let layout = Layout::new(objects);
+        let scan = {
+            let layout = layout.clone();
+            let root = self.root.clone();
             let tmp = tmp.clone();
-            blocking(move || {
-                let scan = scan(&objects, &tmp, capacity, durability)?;
-                Ok((scan, open_dir(&objects)?))
-            })
-            .await?
+            blocking(move || scan(&root, &layout, &tmp, capacity, durability)).await?
         };
         // An object at the limit must fit in the capacity with its header (key and meta up to
         // `KEY_META_ALLOWANCE`), block table and tail.
@@ -199,18 +247,24 @@ impl DiskStorageBuilder {
             .max_object_size
             .unwrap_or(u64::MAX)
             .min(capacity.saturating_sub(overhead));
-        let scanned_unlinks = scan.index.unlinks;
+        // The scan synced whatever it removed (`Durability::Full`).
+        let dir_synced: Box<[AtomicU64]> = scan
+            .index
+            .unlinks
+            .iter()
+            .copied()
+            .map(AtomicU64::new)
+            .collect();
         Ok(DiskStorage {
             shared: Arc::new(DiskShared {
-                objects,
-                objects_dir: objects_dir.map(Arc::new),
+                root: self.root,
+                layout,
                 tmp,
                 index: Mutex::new(scan.index),
                 fences: FenceTable::new(),
                 next_seq: AtomicU64::new(scan.next_seq),
-                // The scan synced whatever it removed (`Durability::Full`).
-                dir_synced: AtomicU64::new(scanned_unlinks),
-                dir_syncs: AtomicU64::new(0),
+                dir_synced,
+                dir_syncs: AtomicU64::new(scan.dir_syncs),
                 capacity,
                 max_object_size,
                 durability,
@@ -228,26 +282,24 @@ pub struct DiskStorage {
 
 #[derive(Debug)]
 struct DiskShared {
-    objects: PathBuf,
-    /// The objects directory, held open for its fsyncs (`None` where directories cannot be
-    /// opened: not Unix).
-    objects_dir: Option<Arc<std::fs::File>>,
+    root: PathBuf,
+    layout: Layout,
     tmp: PathBuf,
     /// Lock order: `index`, then `fences`.
     index: Mutex<Index>,
     fences: FenceTable,
     next_seq: AtomicU64,
-    /// `Index::unlinks` as it was when the last successful directory fsync started: every
-    /// unlink counted up to there is durable.
-    dir_synced: AtomicU64,
-    /// Directory fsyncs done (for tests of the durability rules).
+    /// Per object subdirectory: `Index::unlinks` as it was when the last successful fsync of
+    /// that subdirectory started: every unlink in it counted up to there is durable.
+    dir_synced: Box<[AtomicU64]>,
+    /// Directory fsyncs done, the restart scan's included (for tests of the durability rules).
     dir_syncs: AtomicU64,
     capacity: u64,
     max_object_size: u64,
     durability: Durability,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Index {
     /// Writes in progress that are the key's current write.
     active: HashMap<CacheKey, Arc<ActiveWrite>>,
@@ -257,9 +309,10 @@ struct Index {
     clock: VecDeque<(CacheKey, u64)>,
     /// Bytes of every object file plus every temp file written so far.
     used: u64,
-    /// Object files unlinked so far (evictions, replacements, purges, expiries): compared with
-    /// `DiskShared::dir_synced` to know whether an unlink may still be undone by a power loss.
-    unlinks: u64,
+    /// Per object subdirectory: object files unlinked in it so far (evictions, replacements,
+    /// purges, expiries): compared with `DiskShared::dir_synced` to know whether an unlink may
+    /// still be undone by a power loss.
+    unlinks: Vec<u64>,
 }
 
 #[derive(Debug)]
@@ -286,39 +339,6 @@ struct ActiveWrite {
     charged: AtomicU64,
 }
 
-/// Unit tests make every key collide, to show that collisions are harmless.
-#[cfg(test)]
-static COLLIDE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn key_hash(key: &CacheKey) -> u64 {
-    #[cfg(test)]
-    if COLLIDE.load(Ordering::Relaxed) {
-        return 0;
-    }
-    // FNV-1a: spreads names; uniqueness comes from the seq, identity from the stored key.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in key.as_bytes() {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
-}
-
-fn object_name(key: &CacheKey, seq: u64) -> String {
-    format!("{:016x}-{seq:016x}.obj", key_hash(key))
-}
-
-/// The seq of an object file name, `None` for anything else.
-fn parse_object_name(name: &str) -> Option<u64> {
-    let stem = name.strip_suffix(".obj")?;
-    let (hash, seq) = stem.split_once('-')?;
-    if hash.len() != 16 || seq.len() != 16 {
-        return None;
-    }
-    u64::from_str_radix(hash, 16).ok()?;
-    u64::from_str_radix(seq, 16).ok()
-}
-
 fn io_error(error: io::Error) -> AbortReason {
     AbortReason::Storage(Arc::new(error))
 }
@@ -328,33 +348,6 @@ fn remove_quietly(path: &Path) {
         && error.kind() != io::ErrorKind::NotFound
     {
         tracing::warn!(path = %path.display(), %error, "stream-cache: could not remove file");
-    }
-}
-
-/// fsync a directory so that renames and unlinks in it survive a power loss. Directories cannot
-/// be opened for syncing on Windows, where renames are journalled by the file system anyway.
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    #[cfg(unix)]
-    {
-        std::fs::File::open(dir)?.sync_all()
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = dir;
-        Ok(())
-    }
-}
-
-/// The directory opened for `fsync` (`None` where that is not possible).
-fn open_dir(dir: &Path) -> io::Result<Option<std::fs::File>> {
-    #[cfg(unix)]
-    {
-        std::fs::File::open(dir).map(Some)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = dir;
-        Ok(None)
     }
 }
 
@@ -472,7 +465,8 @@ enum Opened {
     Valid(StoredObject),
 }
 
-/// Open and validate `path` as a complete object (see the module docs for every check).
+/// Open and validate `path` as a complete object (see the module docs for every check). Reads
+/// both formats: the current one (body first) and version 2 (header first).
 fn open_stored(path: &Path) -> io::Result<Opened> {
     let file = match std::fs::File::open(path) {
         Ok(file) => file,
@@ -480,12 +474,45 @@ fn open_stored(path: &Path) -> io::Result<Opened> {
         Err(error) => return Err(error),
     };
     let file_len = file.metadata()?.len();
-    if file_len < HEAD_FIXED + TAIL_FIXED {
+    if file_len < HEAD_FIXED + TAIL_FIXED_V2 {
         return Ok(Opened::Invalid("shorter than header and tail"));
     }
+    let mut magic = [0u8; 8];
+    read_exact_at(&file, &mut magic, file_len - 8)?;
+    let v3 = match &magic {
+        m if m == TAIL_MAGIC => true,
+        m if m == TAIL_MAGIC_V2 => false,
+        _ => return Ok(Opened::Invalid("tail magic")),
+    };
+    let (tail_len, head_magic) = if v3 {
+        (TAIL_FIXED, HEAD_MAGIC)
+    } else {
+        (TAIL_FIXED_V2, HEAD_MAGIC_V2)
+    };
+    if file_len < HEAD_FIXED + tail_len {
+        return Ok(Opened::Invalid("shorter than header and tail"));
+    }
+    let mut tail = [0u8; TAIL_FIXED as usize];
+    let tail = &mut tail[..tail_len as usize];
+    read_exact_at(&file, tail, file_len - tail_len)?;
+    let fields = if v3 { &tail[8..] } else { &tail[..] };
+    let body_len = le_u64(&fields[..8]);
+    let sum = le_u64(&fields[8..16]);
+    let Some(table_len) = blocks_for(body_len).checked_mul(8) else {
+        return Ok(Opened::Invalid("file length differs from header and tail"));
+    };
+    // Version 3: body, table, header, tail. Version 2: header, body, table, tail.
+    let header_at = if v3 {
+        match body_len.checked_add(table_len) {
+            Some(at) if at.saturating_add(HEAD_FIXED) <= file_len => at,
+            _ => return Ok(Opened::Invalid("file length differs from header and tail")),
+        }
+    } else {
+        0
+    };
     let mut fixed = [0u8; HEAD_FIXED as usize];
-    read_exact_at(&file, &mut fixed, 0)?;
-    if &fixed[..8] != HEAD_MAGIC {
+    read_exact_at(&file, &mut fixed, header_at)?;
+    if &fixed[..8] != head_magic {
         return Ok(Opened::Invalid("header magic"));
     }
     let key_len = le_u32(&fixed[8..12]);
@@ -493,31 +520,33 @@ fn open_stored(path: &Path) -> io::Result<Opened> {
     let declared = le_u64(&fixed[16..24]);
     let expires = le_u64(&fixed[24..32]);
     let head_body_len = le_u64(&fixed[32..40]);
-    let mut tail = [0u8; TAIL_FIXED as usize];
-    read_exact_at(&file, &mut tail, file_len - TAIL_FIXED)?;
-    if &tail[16..] != TAIL_MAGIC {
-        return Ok(Opened::Invalid("tail magic"));
-    }
-    let body_len = le_u64(&tail[..8]);
-    let sum = le_u64(&tail[8..16]);
     if head_body_len != body_len {
         return Ok(Opened::Invalid(
             "header and tail disagree on the body length",
         ));
     }
     let header_len = HEAD_FIXED + key_len + meta_len;
-    let table_len = blocks_for(body_len).checked_mul(8);
-    let expected_len = table_len
-        .and_then(|t| header_len.checked_add(body_len)?.checked_add(t))
-        .and_then(|n| n.checked_add(TAIL_FIXED));
+    if v3 && le_u64(&tail[..8]) != header_len {
+        return Ok(Opened::Invalid(
+            "header and tail disagree on the header length",
+        ));
+    }
+    let expected_len = header_len
+        .checked_add(body_len)
+        .and_then(|n| n.checked_add(table_len))
+        .and_then(|n| n.checked_add(tail_len));
     if expected_len != Some(file_len) {
         return Ok(Opened::Invalid("file length differs from header and tail"));
     }
-    let table_len = table_len.unwrap_or(0);
     let mut header = vec![0u8; header_len as usize];
-    read_exact_at(&file, &mut header, 0)?;
+    read_exact_at(&file, &mut header, header_at)?;
+    let (body_offset, table_at) = if v3 {
+        (0, body_len)
+    } else {
+        (header_len, header_len + body_len)
+    };
     let mut table = vec![0u8; table_len as usize];
-    read_exact_at(&file, &mut table, header_len + body_len)?;
+    read_exact_at(&file, &mut table, table_at)?;
     if footer_sum(&header, &table, body_len) != sum {
         return Ok(Opened::Invalid("header or block table checksum"));
     }
@@ -538,7 +567,7 @@ fn open_stored(path: &Path) -> io::Result<Opened> {
             expires_at: expires_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
         },
         expires_ms,
-        body_offset: header_len,
+        body_offset,
         body_len,
         file_len,
         blocks,
@@ -575,66 +604,85 @@ fn no_runtime_io() -> io::Error {
 struct Scanned {
     index: Index,
     next_seq: u64,
+    /// Directory fsyncs the scan did.
+    dir_syncs: u64,
 }
 
 /// The restart scan (see the module docs). Runs on the blocking pool.
-fn scan(objects: &Path, tmp: &Path, capacity: u64, durability: Durability) -> io::Result<Scanned> {
-    std::fs::create_dir_all(objects)?;
-    std::fs::create_dir_all(tmp)?;
+fn scan(
+    root: &Path,
+    layout: &Layout,
+    tmp: &Path,
+    capacity: u64,
+    durability: Durability,
+) -> io::Result<Scanned> {
+    let new_root = !root.is_dir();
+    let mut created = layout.create_dirs()?;
+    if !tmp.is_dir() {
+        std::fs::create_dir_all(tmp)?;
+        created = true;
+    }
     for entry in std::fs::read_dir(tmp)? {
         let path = entry?.path();
         tracing::debug!(path = %path.display(), "stream-cache: removing leftover temp file");
         remove_quietly(&path);
     }
     let now = now_ms();
-    let mut found: HashMap<CacheKey, (u64, u64, Option<u64>)> = HashMap::new();
+    // Per key: the newest file found (seq, length, expiry, where it is now).
+    let mut found: HashMap<CacheKey, (u64, u64, Option<u64>, PathBuf)> = HashMap::new();
     let mut next_seq = 1;
-    let mut removed = false;
-    for entry in std::fs::read_dir(objects)? {
-        let path = entry?.path();
-        let Some(seq) = path
-            .file_name()
-            .and_then(|name| name.to_str())
-            .and_then(parse_object_name)
-        else {
-            continue;
-        };
+    // Subdirectories whose entries changed (removals, moves in) and need a sync.
+    let mut touched = vec![false; SUBDIRS];
+    let mut note = |path: &Path| {
+        if let Some(subdir) = layout.subdir_holding(path) {
+            touched[subdir] = true;
+        }
+    };
+    for (path, seq) in layout.list()? {
         next_seq = next_seq.max(seq + 1);
         let stored = match open_stored(&path)? {
             Opened::Missing => continue,
             Opened::Invalid(why) => {
                 tracing::info!(path = %path.display(), why, "stream-cache: removing invalid object");
                 remove_quietly(&path);
-                removed = true;
+                note(&path);
                 continue;
             }
             Opened::Valid(stored) => stored,
         };
         if stored.expires_ms.is_some_and(|at| at <= now) {
             remove_quietly(&path);
-            removed = true;
+            note(&path);
             continue;
         }
         // Two files for one key (one reappeared after a crash): the newer write wins.
         let key = stored.key.clone();
-        let entry = (seq, stored.file_len, stored.expires_ms);
-        if let Some(&(other, _, _)) = found.get(&key) {
-            let older = if other < seq {
-                found.insert(key.clone(), entry);
-                other
-            } else {
-                seq
-            };
-            remove_quietly(&objects.join(object_name(&key, older)));
-            removed = true;
-        } else {
-            found.insert(key, entry);
+        let entry = (seq, stored.file_len, stored.expires_ms, path);
+        match found.get(&key) {
+            Some((other, ..)) if *other >= seq => {
+                remove_quietly(&entry.3);
+                note(&entry.3);
+            }
+            _ => {
+                if let Some(older) = found.insert(key, entry) {
+                    remove_quietly(&older.3);
+                    note(&older.3);
+                }
+            }
         }
     }
     let mut by_age: Vec<_> = found.into_iter().collect();
-    by_age.sort_by_key(|(_, (seq, _, _))| *seq);
-    let mut index = Index::default();
-    for (key, (seq, len, expires_ms)) in by_age {
+    by_age.sort_by_key(|(_, (seq, ..))| *seq);
+    let mut index = Index::new();
+    for (key, (seq, len, expires_ms, path)) in by_age {
+        // A file of the flat layout of earlier versions (or one a person moved) goes where
+        // this version looks for it.
+        let home = layout.object_path(&key, seq);
+        if path != home {
+            std::fs::rename(&path, &home)?;
+            note(&path);
+            note(&home);
+        }
         index.used += len;
         index.clock.push_back((key.clone(), seq));
         index.objects.insert(
@@ -648,20 +696,55 @@ fn scan(objects: &Path, tmp: &Path, capacity: u64, durability: Durability) -> io
         );
     }
     // Oldest first: nothing is referenced yet.
-    removed |= index.make_room(0, capacity, objects);
-    if removed && durability == Durability::Full {
-        sync_dir(objects)?;
+    index.make_room(0, capacity, layout);
+    let mut dir_syncs = 0;
+    let mut sync = |dir: &Path| {
+        dir_syncs += 1;
+        sync_dir(dir)
+    };
+    if durability == Durability::Full {
+        // Every removal, move and new directory is durable before `open` returns (the
+        // per-subdirectory counters start out synced). New directories need their parent
+        // synced; the objects directory is synced at every open (once, cheap) so that
+        // subdirectories created by a run with `Durability::None` are durable too.
+        for (subdir, unlinked) in index.unlinks.iter().enumerate() {
+            if *unlinked > 0 || touched[subdir] {
+                sync(&layout.subdir_path(subdir))?;
+            }
+        }
+        sync(layout.objects())?;
+        if created {
+            sync(root)?;
+        }
+        if new_root {
+            let parent = root.parent().filter(|p| !p.as_os_str().is_empty());
+            sync(parent.unwrap_or(Path::new(".")))?;
+        }
     }
-    Ok(Scanned { index, next_seq })
+    Ok(Scanned {
+        index,
+        next_seq,
+        dir_syncs,
+    })
 }
 
 impl Index {
+    fn new() -> Self {
+        Index {
+            active: HashMap::new(),
+            objects: HashMap::new(),
+            clock: VecDeque::new(),
+            used: 0,
+            unlinks: vec![0; SUBDIRS],
+        }
+    }
+
     /// Remove the complete object of `key` from the index and unlink its file.
-    fn drop_object(&mut self, key: &CacheKey, objects: &Path) -> Option<Stored> {
+    fn drop_object(&mut self, key: &CacheKey, layout: &Layout) -> Option<Stored> {
         let stored = self.objects.remove(key)?;
         self.used -= stored.len;
-        remove_quietly(&objects.join(object_name(key, stored.seq)));
-        self.unlinks += 1;
+        remove_quietly(&layout.object_path(key, stored.seq));
+        self.unlinks[subdir_of(key)] += 1;
         self.compact_if_stale();
         Some(stored)
     }
@@ -677,7 +760,7 @@ impl Index {
 
     /// Evict complete objects (CLOCK) until `extra` more bytes fit in `capacity`. Returns
     /// whether anything was evicted; the caller checks whether it fits now.
-    fn make_room(&mut self, extra: u64, capacity: u64, objects: &Path) -> bool {
+    fn make_room(&mut self, extra: u64, capacity: u64, layout: &Layout) -> bool {
         let mut evicted = false;
         while self.used.saturating_add(extra) > capacity {
             let Some((key, seq)) = self.clock.pop_front() else {
@@ -696,7 +779,7 @@ impl Index {
                 self.clock.push_back((key, seq));
                 continue;
             }
-            self.drop_object(&key, objects);
+            self.drop_object(&key, layout);
             evicted = true;
         }
         evicted
@@ -723,10 +806,7 @@ impl DiskStorage {
 
     /// The directory this storage lives in (what to reopen after a restart).
     pub fn root(&self) -> &Path {
-        self.shared
-            .objects
-            .parent()
-            .expect("the objects directory is under the root")
+        &self.shared.root
     }
 
     /// Number of writes in progress (current ones).
@@ -754,10 +834,24 @@ impl DiskStorage {
         self.shared.capacity
     }
 
-    /// Directory fsyncs done so far (for tests of the durability rules).
+    /// Directory fsyncs done so far, `open`'s included (for tests of the durability rules).
     #[doc(hidden)]
     pub fn dir_syncs(&self) -> u64 {
         self.shared.dir_syncs.load(Ordering::Relaxed)
+    }
+
+    /// The subdirectory every file of `key` lives in (for tests of the layout).
+    #[doc(hidden)]
+    pub fn object_dir(&self, key: &CacheKey) -> PathBuf {
+        self.shared.layout.subdir_path(subdir_of(key))
+    }
+
+    /// Whether an unlink in the subdirectory of `key`'s files may still be undone by a power
+    /// loss (for tests of the durability rules).
+    #[doc(hidden)]
+    pub fn unsynced_unlinks(&self, key: &CacheKey) -> bool {
+        let index = self.shared.index.lock();
+        self.shared.unsynced(&index, subdir_of(key))
     }
 
     /// Records in the eviction queue (for tests of the bookkeeping bound).
@@ -768,21 +862,20 @@ impl DiskStorage {
 }
 
 impl DiskShared {
-    /// fsync the objects directory (renames and unlinks in it survive a power loss).
-    async fn sync_objects_dir(&self) -> io::Result<()> {
-        let Some(dir) = self.objects_dir.clone() else {
-            return Ok(());
-        };
+    /// fsync one object subdirectory (renames and unlinks in it survive a power loss).
+    async fn sync_subdir(&self, subdir: usize) -> io::Result<()> {
         // Read before the fsync starts: the unlinks done by then are what it makes durable.
-        let upto = self.index.lock().unlinks;
-        blocking(move || dir.sync_all()).await?;
-        self.dir_synced.fetch_max(upto, Ordering::Relaxed);
+        let upto = self.index.lock().unlinks[subdir];
+        let dir = self.layout.subdir_path(subdir);
+        blocking(move || sync_dir(&dir)).await?;
+        self.dir_synced[subdir].fetch_max(upto, Ordering::Relaxed);
         self.dir_syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    fn object_path(&self, key: &CacheKey, seq: u64) -> PathBuf {
-        self.objects.join(object_name(key, seq))
+    /// Whether an unlink in `subdir` may still be undone by a power loss.
+    fn unsynced(&self, index: &Index, subdir: usize) -> bool {
+        index.unlinks[subdir] > self.dir_synced[subdir].load(Ordering::Relaxed)
     }
 
     /// Give back a write's charged bytes (once: the charge is swapped out).
@@ -796,7 +889,7 @@ impl DiskShared {
         if let WriteState::Aborted(reason) = write.cell.state() {
             return Err(reason);
         }
-        index.make_room(n, self.capacity, &self.objects);
+        index.make_room(n, self.capacity, &self.layout);
         if index.used.saturating_add(n) > self.capacity {
             return Err(AbortReason::TooLarge {
                 limit: self.capacity,
@@ -830,7 +923,7 @@ impl DiskShared {
         let mut index = self.index.lock();
         if index.objects.get(key).is_some_and(|s| s.seq == seq) {
             tracing::warn!(?key, "stream-cache: dropping a corrupt object");
-            index.drop_object(key, &self.objects);
+            index.drop_object(key, &self.layout);
         }
     }
 }
@@ -894,13 +987,13 @@ impl Storage for DiskStorage {
             };
             // The clock is read only for objects that expire.
             if stored.expires_ms.is_some_and(|at| at <= now_ms()) {
-                index.drop_object(key, &self.shared.objects);
+                index.drop_object(key, &self.shared.layout);
                 return Ok(None);
             }
             stored.referenced = true;
             stored.seq
         };
-        let path = self.shared.object_path(key, seq);
+        let path = self.shared.layout.object_path(key, seq);
         let opened = blocking(move || open_stored(&path)).await?;
         let stored = match opened {
             Opened::Valid(stored) if stored.key == *key => stored,
@@ -961,10 +1054,9 @@ impl Storage for DiskStorage {
             path: Some(tmp_path.clone()),
         };
         let header = encode_header(key, &meta)?;
-        // One trip to the blocking pool. The header is written by `finish`, with its final
-        // body length, in the same trip as the footer; until then the file starts with a hole
-        // where the header goes, which nobody reads (readers of a write in progress read from
-        // `body_offset` on; temp files are never served and are deleted by the next `open`).
+        // One trip to the blocking pool. The body starts at offset 0 (64 KiB chunks land on
+        // page-cache folio boundaries); the header is written by `finish`, with its final body
+        // length, after the block table, in the same trip. Its bytes are charged now.
         let file = {
             let path = tmp_path.clone();
             blocking(move || {
@@ -988,7 +1080,7 @@ impl Storage for DiskStorage {
             ),
             meta,
             file: Arc::new(file),
-            body_offset: header.len() as u64,
+            body_offset: 0,
             tmp_path,
             charged: AtomicU64::new(0),
         });
@@ -999,8 +1091,8 @@ impl Storage for DiskStorage {
                 // Replacing: the previous object stops being visible now (its readers keep
                 // their open files). A previous write in progress keeps going for the readers
                 // bound to it but will not publish.
-                index.drop_object(key, &shared.objects);
-                index.make_room(header.len() as u64, shared.capacity, &shared.objects);
+                index.drop_object(key, &shared.layout);
+                index.make_room(header.len() as u64, shared.capacity, &shared.layout);
                 if index.used + header.len() as u64 > shared.capacity {
                     write.cell.abort(AbortReason::TooLarge {
                         limit: shared.capacity,
@@ -1027,7 +1119,7 @@ impl Storage for DiskStorage {
         Ok(Box::new(DiskWriter {
             shared: Arc::clone(shared),
             key: key.clone(),
-            end: header.len() as u64,
+            end: 0,
             write,
             header,
             blocks: Vec::new(),
@@ -1038,13 +1130,13 @@ impl Storage for DiskStorage {
         }))
     }
 
-    /// With `Durability::Full` the directory is fsynced before `purge` returns whenever an
-    /// object file was unlinked since the last directory fsync: this key's, or any other (an
-    /// eviction is not synced by itself, and an evicted copy of this key that reappeared after
-    /// a power loss would undo the purge).
+    /// With `Durability::Full` the subdirectory of the key's files is fsynced before `purge`
+    /// returns whenever an object file in it was unlinked since its last fsync: this key's, or
+    /// any other there (an eviction is not synced by itself, and an evicted copy of this key
+    /// that reappeared after a power loss would undo the purge).
     ///
     /// Cancel safety: the purge is applied in the first poll; with `Durability::Full` it then
-    /// fsyncs the directory on the blocking pool: dropped there, the purge holds in this process
+    /// fsyncs the subdirectory on the blocking pool: dropped there, the purge holds in this process
     /// but may not survive a power loss.
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
         let (removed, unsynced) = {
@@ -1057,12 +1149,14 @@ impl Storage for DiskStorage {
                 write.cell.abort(AbortReason::Purged);
                 removed = true;
             }
-            removed |= index.drop_object(key, &self.shared.objects).is_some();
-            let unsynced = index.unlinks > self.shared.dir_synced.load(Ordering::Relaxed);
+            removed |= index.drop_object(key, &self.shared.layout).is_some();
+            let unsynced = self.shared.unsynced(&index, subdir_of(key));
             (removed, unsynced)
         };
         if unsynced && self.shared.durability == Durability::Full {
-            self.shared.sync_objects_dir().await?;
+            // Every file this key ever had lives in this one subdirectory: its own object's
+            // unlink and any evicted or replaced copy's are made durable by this one fsync.
+            self.shared.sync_subdir(subdir_of(key)).await?;
         }
         Ok(removed)
     }
@@ -1126,7 +1220,8 @@ impl DiskWriter {
         }
     }
 
-    /// The block table and tail for a body of `len` bytes; fills in the header's body length.
+    /// What follows a body of `len` bytes: block table, header (with its body length filled
+    /// in) and tail.
     fn footer(&mut self, len: u64) -> Vec<u8> {
         if self.block_fill > 0 {
             self.blocks.push(self.block_hasher.digest());
@@ -1134,11 +1229,15 @@ impl DiskWriter {
         }
         self.header[BODY_LEN_AT as usize..(BODY_LEN_AT + 8) as usize]
             .copy_from_slice(&len.to_le_bytes());
-        let mut footer = Vec::with_capacity(self.blocks.len() * 8 + TAIL_FIXED as usize);
+        let mut table = Vec::with_capacity(self.blocks.len() * 8);
         for sum in &self.blocks {
-            footer.extend_from_slice(&sum.to_le_bytes());
+            table.extend_from_slice(&sum.to_le_bytes());
         }
-        let sum = footer_sum(&self.header, &footer, len);
+        let sum = footer_sum(&self.header, &table, len);
+        let mut footer = table;
+        footer.reserve(self.header.len() + TAIL_FIXED as usize);
+        footer.extend_from_slice(&self.header);
+        footer.extend_from_slice(&(self.header.len() as u64).to_le_bytes());
         footer.extend_from_slice(&len.to_le_bytes());
         footer.extend_from_slice(&sum.to_le_bytes());
         footer.extend_from_slice(TAIL_MAGIC);
@@ -1202,21 +1301,22 @@ impl BodyWriter for DiskWriter {
             Err(reason) => return Err(self.fail(reason)),
         };
         let footer = self.footer(len);
-        if let Err(reason) = self.shared.reserve(&self.write, footer.len() as u64) {
+        // The header's bytes were charged by `begin_write`.
+        let more = (footer.len() - self.header.len()) as u64;
+        if let Err(reason) = self.shared.reserve(&self.write, more) {
             return Err(self.fail(reason));
         }
         let durable = self.shared.durability == Durability::Full;
-        // Footer, header (with its body length) and, when durable, `fdatasync`: one trip to
-        // the blocking pool. `fdatasync` flushes the bytes and what is needed to read them
-        // back (the file's size and block map), not its timestamps, which nothing reads.
+        // Block table, header (with its body length), tail and, when durable, `fdatasync`:
+        // one write and one trip to the blocking pool. `fdatasync` flushes the bytes and what
+        // is needed to read them back (the file's size and block map), not its timestamps,
+        // which nothing reads.
         let written = {
             let file = Arc::clone(&self.write.file);
-            let header = std::mem::take(&mut self.header);
             let at = self.end;
             self.in_flight = true;
             blocking(move || {
                 write_all_at(&file, &footer, at)?;
-                write_all_at(&file, &header, 0)?;
                 if durable {
                     file.sync_data()?;
                 }
@@ -1236,7 +1336,7 @@ impl BodyWriter for DiskWriter {
                 .get(&self.key)
                 .is_some_and(|current| current.seq == self.write.seq);
             if current {
-                let path = shared.object_path(&self.key, self.write.seq);
+                let path = shared.layout.object_path(&self.key, self.write.seq);
                 if let Err(error) = std::fs::rename(&self.write.tmp_path, &path) {
                     drop(index);
                     return Err(self.fail(io_error(error)));
@@ -1269,8 +1369,8 @@ impl BodyWriter for DiskWriter {
         if current && durable {
             // The object is complete and visible; a failed directory sync only means the
             // rename may not survive a power loss, which the next open tolerates.
-            if let Err(error) = shared.sync_objects_dir().await {
-                tracing::warn!(%error, "stream-cache: could not sync the objects directory");
+            if let Err(error) = shared.sync_subdir(subdir_of(&self.key)).await {
+                tracing::warn!(%error, "stream-cache: could not sync an object directory");
             }
         }
         Ok(len)
@@ -1461,7 +1561,7 @@ mod tests {
     /// objects: neither's write nor purge touches the other, before and after a restart.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn colliding_keys_are_both_stored() {
-        COLLIDE.store(true, Ordering::Relaxed);
+        layout::COLLIDE.store(true, Ordering::Relaxed);
         let root = std::env::temp_dir().join(format!(
             "stream-cache-collide-{}-{:?}",
             std::process::id(),
@@ -1470,7 +1570,7 @@ mod tests {
         let storage = DiskStorage::open(&root, 1 << 20).await.unwrap();
         store(&storage, "a", b"body of a").await;
         store(&storage, "b", b"body of b").await;
-        let names: Vec<_> = std::fs::read_dir(root.join("objects"))
+        let names: Vec<_> = std::fs::read_dir(root.join("objects").join("00"))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();

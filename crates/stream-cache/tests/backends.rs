@@ -69,10 +69,7 @@ async fn disk_never_serves_a_torn_object_file() {
         .unwrap();
     w.write(Bytes::from_static(b"0123456789")).await.unwrap();
     w.finish().await.unwrap();
-    let objects: Vec<_> = std::fs::read_dir(dir.path().join("objects"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .collect();
+    let objects = common::object_files(dir.path());
     assert_eq!(objects.len(), 1);
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -121,12 +118,7 @@ async fn disk_abort_removes_the_temp_file() {
         std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
         0
     );
-    assert_eq!(
-        std::fs::read_dir(dir.path().join("objects"))
-            .unwrap()
-            .count(),
-        0
-    );
+    assert_eq!(common::object_files(dir.path()).len(), 0);
     assert_eq!(storage.writes_in_progress(), 0);
 }
 

@@ -9,10 +9,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use bytes::Bytes;
-use common::{TempDir, drain};
+use common::{TempDir, drain, object_files};
 use stream_cache::{AbortReason, BodyError, DiskStorage, ObjectMeta, Storage};
 
 const BODY_LEN: usize = 200 * 1024; // four checksum blocks, the last one short
@@ -40,41 +40,38 @@ enum Damage {
     Truncate { keep: usize },
 }
 
-fn object_files(root: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<_> = std::fs::read_dir(root.join("objects"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .collect();
-    files.sort();
-    files
+/// The 32-byte tail of an object file: header length, body length, checksum, magic. The body
+/// starts at offset 0, the block table follows it, then the header (40 fixed bytes, key, meta),
+/// then the tail.
+fn tail_field(file: &[u8], index: usize) -> usize {
+    let at = file.len() - 32 + 8 * index;
+    u64::from_le_bytes(file[at..at + 8].try_into().unwrap()) as usize
 }
 
-/// Where the body starts in an object file (header: 40 fixed bytes, key, meta).
-fn body_offset(file: &[u8]) -> usize {
-    let key_len = u32::from_le_bytes(file[8..12].try_into().unwrap()) as usize;
-    let meta_len = u32::from_le_bytes(file[12..16].try_into().unwrap()) as usize;
-    40 + key_len + meta_len
+/// Where the header starts in an object file.
+fn header_at(file: &[u8]) -> usize {
+    file.len() - 32 - tail_field(file, 0)
 }
 
-/// The body length in an object file's header.
+/// The body length in an object file's tail.
 fn body_len(file: &[u8]) -> usize {
-    u64::from_le_bytes(file[32..40].try_into().unwrap()) as usize
+    tail_field(file, 1)
 }
 
 /// Apply `damage` to the object file at `path`, in place (the same inode, as a crash would).
 fn damage(path: &Path, damage: Damage) {
     let mut bytes = std::fs::read(path).unwrap();
-    let body_at = body_offset(&bytes);
     let len = body_len(&bytes);
+    let header = header_at(&bytes);
     match damage {
         Damage::ZeroBody { at } => {
-            let tail = 24 + 8 * len.div_ceil(65536);
-            let end = (body_at + at + 65536).min(bytes.len() - tail);
-            bytes[body_at + at..end].fill(0);
+            let end = (at + 65536).min(len);
+            bytes[at..end].fill(0);
         }
-        Damage::FlipBody { at } => bytes[body_at + at] ^= 0x40,
-        Damage::FlipHeader => bytes[41] ^= 0x01,
-        Damage::FlipTable => bytes[body_at + len + 3] ^= 0x01,
+        Damage::FlipBody { at } => bytes[at] ^= 0x40,
+        // Inside the key.
+        Damage::FlipHeader => bytes[header + 41] ^= 0x01,
+        Damage::FlipTable => bytes[len + 3] ^= 0x01,
         Damage::Truncate { keep } => bytes.truncate(keep),
     }
     // Write through the existing file so open readers see the damage.

@@ -5,11 +5,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use common::{TempDir, drain};
+use common::{TempDir, drain, object_files};
 use stream_cache::{
     AbortReason, DiskStorage, Durability, ObjectMeta, Storage, StorageError, WriteError,
 };
@@ -35,21 +35,45 @@ async fn body_of(storage: &DiskStorage, key: &str) -> Option<Vec<u8>> {
     Some(body)
 }
 
-fn object_files(root: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<_> = std::fs::read_dir(root.join("objects"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .collect();
-    files.sort();
-    files
+fn le64(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes[..8].try_into().unwrap())
 }
 
+/// The same object in the file format of earlier versions (version 2: header, body, block
+/// table, then a 24-byte tail of body length, checksum and `HERDEND2`; the header's magic
+/// `HERDSC02`), from a file in the current format (body, block table, header, then a 32-byte
+/// tail of header length, body length, checksum and `HERDEND3`).
+fn to_version_2(file: &[u8]) -> Vec<u8> {
+    let n = file.len();
+    let header_len = le64(&file[n - 32..]) as usize;
+    let body_len = le64(&file[n - 24..]) as usize;
+    let header_at = n - 32 - header_len;
+    let mut header = file[header_at..n - 32].to_vec();
+    assert_eq!(&header[..8], b"HERDSC03");
+    header[..8].copy_from_slice(b"HERDSC02");
+    let table = &file[body_len..header_at];
+    let mut sum = xxhash_rust::xxh3::Xxh3Default::new();
+    sum.update(&header);
+    sum.update(table);
+    sum.update(&(body_len as u64).to_le_bytes());
+    let mut out = header;
+    out.extend_from_slice(&file[..body_len]);
+    out.extend_from_slice(table);
+    out.extend_from_slice(&(body_len as u64).to_le_bytes());
+    out.extend_from_slice(&sum.digest().to_le_bytes());
+    out.extend_from_slice(b"HERDEND2");
+    out
+}
+
+/// Bytes of the files (object and temp files; not the directories) under `root`.
 fn bytes_on_disk(root: &Path) -> u64 {
-    ["objects", "tmp"]
-        .iter()
-        .flat_map(|dir| std::fs::read_dir(root.join(dir)).unwrap())
-        .map(|entry| entry.unwrap().metadata().unwrap().len())
-        .sum()
+    let temp = std::fs::read_dir(root.join("tmp"))
+        .unwrap()
+        .map(|entry| entry.unwrap().metadata().unwrap().len());
+    let objects = object_files(root)
+        .into_iter()
+        .map(|path| std::fs::metadata(path).unwrap().len());
+    temp.chain(objects).sum()
 }
 
 /// Objects through a storage of a fraction of their total size: used bytes (and the files
@@ -195,9 +219,11 @@ async fn header_footer_length_mismatch_is_a_miss_and_removed() {
     }
     let files = object_files(dir.path());
     assert_eq!(files.len(), 1);
-    // The declared length (header bytes 16..24) now says 1001.
+    // The declared length (header bytes 16..24; the header sits before the 32-byte tail,
+    // whose first field is its length) now says 1001.
     let mut bytes = std::fs::read(&files[0]).unwrap();
-    bytes[16..24].copy_from_slice(&1001u64.to_le_bytes());
+    let header_at = bytes.len() - 32 - le64(&bytes[bytes.len() - 32..]) as usize;
+    bytes[header_at + 16..header_at + 24].copy_from_slice(&1001u64.to_le_bytes());
     std::fs::write(&files[0], &bytes).unwrap();
     let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
     assert!(storage.lookup(&"k".into()).await.unwrap().is_none());
@@ -294,7 +320,7 @@ async fn objects_through_a_tenth_of_their_size() {
     // Listing the directory costs O(objects): check the files on disk a few hundred times.
     let disk_check_every = (count / 8).clamp(1, 250);
     let body = pattern(200, 1);
-    let file_len = 40 + 6 + 200 + 8 + 24; // header with a 6-byte key, body, one block, tail
+    let file_len = 40 + 6 + 200 + 8 + 32; // header with a 6-byte key, body, one block, tail
     let capacity = count * file_len / 10;
     let storage = DiskStorage::builder(dir.path(), capacity)
         .durability(Durability::None)
@@ -374,4 +400,157 @@ async fn purge_syncs_an_eviction_not_yet_synced() {
     assert!(!storage.purge(&"a".into()).await.unwrap());
     assert_eq!(storage.dir_syncs(), before + 1);
     writer.finish().await.unwrap();
+}
+
+/// The first key of the form `{prefix}{i}` whose files live in (`same`) or outside
+/// (`!same`) `dir`.
+fn key_in(storage: &DiskStorage, prefix: &str, dir: &Path, same: bool) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|key| (storage.object_dir(&key.as_str().into()) == dir) == same)
+        .unwrap()
+}
+
+/// With object files in subdirectories, `purge` syncs the subdirectory of the purged key's
+/// files (where every file the key ever had lives) whenever an unlink in it is not yet
+/// durable, and only that one: an unsynced eviction in another subdirectory cannot bring back
+/// a file of this key. A `finish` syncs its own subdirectory (which also makes the unlink of the
+/// object it replaced durable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_syncs_the_subdirectory_with_the_unsynced_unlink() {
+    let dir = TempDir::new();
+    let storage = DiskStorage::open(dir.path(), 150 * 1024).await.unwrap();
+    let a_dir = storage.object_dir(&"a".into());
+    let elsewhere = key_in(&storage, "x", &a_dir, false);
+    let beside = key_in(&storage, "y", &a_dir, true);
+    store(&storage, "a", ObjectMeta::default(), &pattern(60 * 1024, 1)).await;
+    assert!(!storage.unsynced_unlinks(&"a".into()));
+    store(&storage, "b", ObjectMeta::default(), &pattern(60 * 1024, 2)).await;
+    // A write in progress evicts "a"; no finish (and so no directory sync) follows yet.
+    let mut writer = storage
+        .begin_write(&"c".into(), ObjectMeta::default())
+        .await
+        .unwrap();
+    writer
+        .write(Bytes::from(pattern(60 * 1024, 3)))
+        .await
+        .unwrap();
+    assert!(storage.lookup(&"a".into()).await.unwrap().is_none());
+    assert!(
+        storage.unsynced_unlinks(&"a".into()),
+        "a's eviction is not durable yet"
+    );
+    assert!(!storage.unsynced_unlinks(&elsewhere.as_str().into()));
+
+    let before = storage.dir_syncs();
+    assert!(!storage.purge(&elsewhere.as_str().into()).await.unwrap());
+    assert_eq!(
+        storage.dir_syncs(),
+        before,
+        "nothing unsynced where its files live"
+    );
+    assert!(storage.unsynced_unlinks(&"a".into()));
+
+    assert!(!storage.purge(&beside.as_str().into()).await.unwrap());
+    assert_eq!(
+        storage.dir_syncs(),
+        before + 1,
+        "a's subdirectory is synced"
+    );
+    assert!(!storage.unsynced_unlinks(&"a".into()));
+    writer.finish().await.unwrap();
+
+    // A replacement unlinks the old file at `begin_write`; the `finish` syncs the same
+    // subdirectory after its rename, which makes that unlink durable too.
+    store(&storage, "a", ObjectMeta::default(), b"one").await;
+    store(&storage, "a", ObjectMeta::default(), b"two").await;
+    assert!(!storage.unsynced_unlinks(&"a".into()));
+}
+
+/// `open` creates the 256 object subdirectories and makes them durable (a new subdirectory's
+/// entry needs its parent synced): on a fresh root it syncs `objects/` and the root, on a
+/// reopen `objects/` again (cheap, and it covers subdirectories a `Durability::None` run
+/// created); `Durability::None` syncs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_makes_the_subdirectories_durable() {
+    let dir = TempDir::new();
+    let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
+    assert_eq!(storage.dir_syncs(), 2, "objects/ and the root");
+    let subdirs: Vec<_> = std::fs::read_dir(dir.path().join("objects"))
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .collect();
+    assert_eq!(subdirs.len(), 256);
+    assert!(subdirs.iter().all(|e| e.file_type().unwrap().is_dir()));
+    drop(storage);
+    let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
+    assert_eq!(storage.dir_syncs(), 1, "objects/");
+    drop(storage);
+
+    let none_dir = TempDir::new();
+    let none = DiskStorage::builder(none_dir.path(), 1 << 20)
+        .durability(Durability::None)
+        .open()
+        .await
+        .unwrap();
+    assert_eq!(none.dir_syncs(), 0);
+}
+
+/// A directory written by earlier versions (every object file directly in `objects/`, in
+/// file format version 2) is taken over: `open` moves each valid file into its subdirectory,
+/// keeps the newest file per key, and serves every object byte-exact, ranges included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flat_layout_files_are_moved_into_place() {
+    let dir = TempDir::new();
+    let (used, stale) = {
+        let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
+        store(&storage, "k0", ObjectMeta::default(), b"replaced").await;
+        let stale = object_files(dir.path())[0].clone();
+        let kept = std::fs::read(&stale).unwrap();
+        for i in 0..10u8 {
+            let key = format!("k{i}");
+            store(&storage, &key, ObjectMeta::default(), &pattern(5000, i)).await;
+        }
+        // The replaced object of k0 reappears (an unlink lost by a crash of the old version).
+        std::fs::write(&stale, kept).unwrap();
+        (storage.used_bytes(), stale)
+    };
+    // Flatten and convert: what the old version left.
+    let objects = dir.path().join("objects");
+    for file in object_files(dir.path()) {
+        let old = to_version_2(&std::fs::read(&file).unwrap());
+        std::fs::remove_file(&file).unwrap();
+        std::fs::write(objects.join(file.file_name().unwrap()), old).unwrap();
+    }
+    for entry in std::fs::read_dir(&objects).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            std::fs::remove_dir(path).unwrap();
+        }
+    }
+    let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
+    assert_eq!(storage.len(), 10);
+    // Version 2 tails are 8 bytes shorter.
+    assert_eq!(storage.used_bytes(), used - 10 * 8);
+    for i in 0..10u8 {
+        let key = format!("k{i}");
+        assert_eq!(body_of(&storage, &key).await, Some(pattern(5000, i)));
+    }
+    let mut hit = storage.lookup(&"k3".into()).await.unwrap().unwrap();
+    hit.body.seek((100..200).into()).await.unwrap();
+    let (got, end) = drain(&mut *hit.body).await;
+    end.unwrap();
+    assert_eq!(got, pattern(5000, 3)[100..200]);
+    let files = object_files(dir.path());
+    assert_eq!(files.len(), 10, "the older k0 file is gone");
+    assert!(!files.iter().any(|f| f.file_name() == stale.file_name()));
+    assert!(
+        files.iter().all(|f| f.parent() != Some(&*objects)),
+        "every file is in a subdirectory"
+    );
+    for i in 0..10u8 {
+        let key = format!("k{i}");
+        let home = storage.object_dir(&key.as_str().into());
+        assert!(files.iter().any(|f| f.parent() == Some(&*home)), "{key}");
+    }
 }

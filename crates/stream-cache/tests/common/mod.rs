@@ -112,3 +112,22 @@ macro_rules! both_backends {
         }
     };
 }
+
+/// Every file under a `DiskStorage`'s `objects/` directory (its subdirectories included),
+/// sorted: tests find object files without depending on how they are spread.
+pub fn object_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("objects")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read objects dir") {
+            let entry = entry.expect("entry");
+            if entry.file_type().expect("file type").is_dir() {
+                dirs.push(entry.path());
+            } else {
+                files.push(entry.path());
+            }
+        }
+    }
+    files.sort();
+    files
+}
