@@ -189,7 +189,8 @@ where
     /// `min(written + ttl, last access + idle)`, whatever the cache's
     /// [`time_to_idle`](crate::CacheBuilder::time_to_idle) (which it replaces for this entry,
     /// shorter or longer; `Duration::MAX` for none). A later write of the key without one
-    /// gives it the cache's again.
+    /// gives it the cache's again. An idle time of zero stores nothing (the entry would be
+    /// idle at birth): like a TTL of zero, it returns `Ok(false)` and removes any old entry.
     ///
     /// The entry's last access is the recency stamp hits already record, refreshed at most once
     /// per [`recency_resolution`](crate::CacheBuilder::recency_resolution), with the same

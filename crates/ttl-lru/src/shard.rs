@@ -524,6 +524,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         mode: WriteMode,
     ) -> Result<Write<K, V>, InsertError> {
         let (weight, usable_until) = match stored {
+            // An idle time of zero: idle at birth, so never served (not even stale).
+            Stored::Value(_) if idle_ms == Some(0) => (weight.max(1), now),
             Stored::Value(_) => (weight.max(1), expires_at.saturating_add(cfg.swr_ms)),
             Stored::Error(_) => (1, expires_at),
         };

@@ -384,3 +384,25 @@ fn an_idle_time_below_the_recency_resolution_still_holds() {
     assert_eq!(c.get(&1), None, "20 ms idle, inside one 200 ms resolution");
     assert_eq!(c.get(&2), Some(2));
 }
+
+/// An idle time of zero is idle at birth: nothing is stored (as with a TTL of zero), the old
+/// entry goes, and the shard's hit gate is not dragged down to zero by it.
+#[test]
+fn a_zero_idle_time_stores_nothing() {
+    let clock = ManualClock::new();
+    let c = plain_cache(&clock, 100);
+    c.insert(1, 1, Duration::MAX).unwrap();
+    assert_eq!(
+        c.insert_with_idle(1, 2, Duration::MAX, Duration::ZERO),
+        Ok(false)
+    );
+    assert_eq!(c.get(&1), None, "the old entry is removed too");
+    assert_eq!(c.len(), 0);
+    let by: Cache<u64, u64> = Cache::builder(100)
+        .clock(clock.clone())
+        .stale_while_revalidate(Duration::from_secs(10))
+        .time_to_idle_by(|_, _| Some(Duration::ZERO))
+        .build();
+    assert_eq!(by.insert(1, 1, Duration::MAX), Ok(false));
+    assert!(by.lookup(&1).is_none(), "not even stale");
+}
