@@ -504,6 +504,10 @@ pub struct Config {
     /// A detected drop resets only if, this many periods later, the hit ratio is still below
     /// the pre-drop level by half the threshold (0: at once).
     pub confirm: u32,
+    /// A detected drop resets only if at least this share of the period's misses were of keys
+    /// not in the ghost table (a new hot set), rather than keys evicted or refused lately (a
+    /// phase coming back). 0 is off.
+    pub novel: f64,
     /// Halvings per detected phase change (4 clears a 4-bit counter).
     pub reset_halvings: u32,
     /// On a detected phase change the window's share is raised to at least this (recency
@@ -578,6 +582,7 @@ impl Config {
             reset_main_drop: 0.0,
             epoch: false,
             confirm: 0,
+            novel: 0.0,
             dead_band: 0.0,
             accel: 0.0,
             fast_mult: 0.0,
@@ -762,6 +767,8 @@ pub struct Adaptive {
     epoch: u64,
     /// An armed confirmation check: periods left, hit ratio before the drop.
     pending_reset: Option<(u32, f64)>,
+    /// Misses in this reset period, and those of keys the sketch counted 0 (`Config::novel`).
+    period_misses: (u64, u64),
     /// Hits on main entries so far, at the last phase period's end, and in the period before.
     main_hits_seen: u64,
     main_hits_mark: u64,
@@ -839,6 +846,7 @@ impl Adaptive {
             main_ghost_share: 0.5,
             epoch: 0,
             pending_reset: None,
+            period_misses: (0, 0),
             main_hits_seen: 0,
             main_hits_mark: 0,
             main_hits_prev: 0,
@@ -1210,7 +1218,12 @@ impl Policy for Adaptive {
                 }
             }
             if self.capacity > 0 {
-                if let Some(kind) = self.ghosts.take(hash) {
+                let ghost = self.ghosts.take(hash);
+                if self.cfg.novel > 0.0 {
+                    self.period_misses.0 += 1;
+                    self.period_misses.1 += u64::from(ghost.is_none());
+                }
+                if let Some(kind) = ghost {
                     self.adapt_on_ghost(kind);
                 }
                 if let Mode::Window {
@@ -1324,6 +1337,10 @@ impl Policy for Adaptive {
                         .2
                         .is_some_and(|prev| prev - rate > self.cfg.reset_drop);
                 let mut fire = collapsed || dropped;
+                if self.cfg.novel > 0.0 {
+                    let (misses, novel) = std::mem::take(&mut self.period_misses);
+                    fire &= novel as f64 >= self.cfg.novel * misses.max(1) as f64;
+                }
                 if self.cfg.confirm > 0 {
                     // Confirmation: a drop arms a check `confirm` periods later, which fires
                     // only if the hit ratio is still below the pre-drop level by half the

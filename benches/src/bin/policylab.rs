@@ -174,6 +174,7 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "mdrop" => cfg.reset_main_drop = f()?,
             "epoch" => cfg.epoch = n()? != 0,
             "confirm" => cfg.confirm = n()? as u32,
+            "novel" => cfg.novel = f()?,
             "cons" => cfg.conservative = n()? != 0,
             "thin" => cfg.thin_misses = n()? != 0,
             "width" => cfg.sketch_width = n()?.max(1) as usize,
