@@ -89,15 +89,17 @@ fn parse_object_name(name: &str) -> Option<u64> {
     u64::from_str_radix(seq, 16).ok()
 }
 
-/// Paths under a storage's `objects/` directory.
+/// Paths under a storage's `objects/` directory, and where removed objects wait for their
+/// unlink (`tmp/`).
 #[derive(Debug, Clone)]
 pub(super) struct Layout {
     objects: PathBuf,
+    tmp: PathBuf,
 }
 
 impl Layout {
-    pub(super) fn new(objects: PathBuf) -> Self {
-        Layout { objects }
+    pub(super) fn new(objects: PathBuf, tmp: PathBuf) -> Self {
+        Layout { objects, tmp }
     }
 
     pub(super) fn objects(&self) -> &Path {
@@ -111,6 +113,14 @@ impl Layout {
     /// Where the object `seq` of `key` lives.
     pub(super) fn object_path(&self, key: &CacheKey, seq: u64) -> PathBuf {
         self.subdir_path(subdir_of(key)).join(object_name(key, seq))
+    }
+
+    /// Where the removed object `seq` of `key` waits for its unlink: renamed there under the
+    /// index lock (a metadata update), unlinked after it (freeing the blocks is the slow part).
+    /// In `tmp/`, which `open` empties, so a crash in between leaves nothing behind.
+    pub(super) fn trash_path(&self, key: &CacheKey, seq: u64) -> PathBuf {
+        self.tmp
+            .join(format!("{:016x}-{seq:016x}.removed", key_hash(key)))
     }
 
     /// The subdirectory a file under `objects/` sits in (`None` for a file directly in it).
@@ -190,7 +200,7 @@ mod tests {
     #[test]
     fn names_round_trip() {
         let key = CacheKey::from("some key");
-        let layout = Layout::new(PathBuf::from("objects"));
+        let layout = Layout::new(PathBuf::from("objects"), PathBuf::from("tmp"));
         let path = layout.object_path(&key, 7);
         let name = path.file_name().unwrap().to_str().unwrap();
         let dir = path
