@@ -768,8 +768,9 @@ impl Index {
         match std::fs::rename(&path, &trash) {
             Ok(()) => self.trash.push(trash),
             Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            // Could not move it aside (e.g. `tmp/` gone): unlink it in place, as before.
-            Err(_) => remove_quietly(&path),
+            // Could not move it aside (e.g. `tmp/` gone): unlink it where it is, still after
+            // the lock is released.
+            Err(_) => self.trash.push(path),
         }
         self.unlinks[subdir_of(key)] += 1;
         self.compact_if_stale();
