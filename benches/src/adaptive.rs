@@ -544,6 +544,24 @@ pub struct Config {
     /// ghost evidence must first add up to this share before any newcomer is let in by
     /// recency alone; 0 is off.
     pub dead_band: f64,
+    /// Miniature simulations (Waldspurger et al., ATC 2017; Caffeine's `MiniSimClimber`):
+    /// this many copies of the policy with fixed window shares spread over `0..=mini_max`
+    /// (`mini_max x (i / (n - 1))^2`), each `mini_size` entries and fed the keys whose hash falls in one of
+    /// `capacity / mini_size` buckets; every `mini_period x capacity` requests the window takes
+    /// the share of the copy that missed least (misses smoothed by `mini_decay` per period).
+    /// 0 is off.
+    pub minis: usize,
+    /// See `minis`.
+    pub mini_size: usize,
+    /// See `minis`.
+    pub mini_period: f64,
+    /// See `minis`.
+    pub mini_max: f64,
+    /// See `minis`: the sampling modulus is at least this (1: a cache under `mini_size`
+    /// entries simulates at full size; 16: every copy is at most a sixteenth of the cache).
+    pub mini_rate_min: u64,
+    /// See `minis`: each period's score is `decay x last score + misses` (0: this period only).
+    pub mini_decay: f64,
     /// The policy.
     pub mode: Mode,
 }
@@ -584,6 +602,12 @@ impl Config {
             confirm: 0,
             novel: 0.0,
             dead_band: 0.0,
+            minis: 0,
+            mini_size: 100,
+            mini_period: 1.0,
+            mini_max: 1.0,
+            mini_decay: 0.0,
+            mini_rate_min: 1,
             accel: 0.0,
             fast_mult: 0.0,
             fast_below: 0.05,
@@ -642,6 +666,37 @@ impl Config {
             dead_band: 0.08,
             idle: 8.0,
             ..Self::recommended()
+        }
+    }
+}
+
+impl Config {
+    /// The first candidate found that meets every cell (issue 17; not in the store yet):
+    /// `next()` picking the least frequent of the 12 oldest main candidates from a sketch twice
+    /// as wide, with its window share chosen by miniature simulations instead of ghosts, the
+    /// density guard and the dead band: 11 copies of this policy at fixed shares
+    /// `(i / 10)^2` of 1,000 entries (or the capacity, if smaller), each fed the keys of one
+    /// hash bucket in `capacity / 1000`; every 8 x capacity requests the window takes the share
+    /// of the copy with the fewest misses (each period's misses plus half the last score).
+    /// `policylab --cand minisim`.
+    pub fn minisim() -> Self {
+        Self {
+            lfu_pick: 12,
+            sketch_width: 8,
+            guard: 0.0,
+            dead_band: 0.0,
+            minis: 11,
+            mini_size: 1000,
+            mini_period: 8.0,
+            mini_max: 1.0,
+            mini_decay: 0.5,
+            mode: Mode::Window {
+                init: 0.0,
+                adapt: Adapt::Fixed,
+                min: 0.0,
+                max: 1.0,
+            },
+            ..Self::next()
         }
     }
 }
@@ -773,6 +828,13 @@ pub struct Adaptive {
     main_hits_seen: u64,
     main_hits_mark: u64,
     main_hits_prev: u64,
+    /// Miniature simulations (`Config::minis`): each copy and its smoothed score, the
+    /// sampling modulus, the requests this period, and the copies' misses this period.
+    minis: Vec<Adaptive>,
+    mini_scores: Vec<f64>,
+    mini_misses: Vec<u64>,
+    mini_rate: u64,
+    mini_requests: u64,
 }
 
 impl Adaptive {
@@ -850,7 +912,76 @@ impl Adaptive {
             main_hits_seen: 0,
             main_hits_mark: 0,
             main_hits_prev: 0,
+            minis: Vec::new(),
+            mini_scores: Vec::new(),
+            mini_misses: Vec::new(),
+            mini_rate: 1,
+            mini_requests: 0,
         }
+        .with_minis(seed)
+    }
+
+    /// Builds the miniature simulations of `Config::minis`.
+    fn with_minis(mut self, seed: u64) -> Self {
+        let n = self.cfg.minis;
+        if n == 0 || self.capacity == 0 {
+            return self;
+        }
+        self.mini_rate = ((self.capacity / self.cfg.mini_size.max(1)) as u64)
+            .max(self.cfg.mini_rate_min)
+            .max(1);
+        let size = (self.capacity as u64 / self.mini_rate).max(1) as usize;
+        for i in 0..n {
+            let share = if n == 1 {
+                self.cfg.mini_max
+            } else {
+                // Quadratic spacing: fine steps near a shut window, where most traces sit.
+                self.cfg.mini_max * (i as f64 / (n - 1) as f64).powi(2)
+            };
+            let mut cfg = self.cfg;
+            cfg.minis = 0;
+            cfg.dead_band = 0.0;
+            cfg.mode = Mode::Window {
+                init: share,
+                adapt: Adapt::Fixed,
+                min: share,
+                max: share,
+            };
+            self.minis
+                .push(Adaptive::new(size, cfg, seed ^ ((i as u64 + 1) * 0x9E37)));
+        }
+        self.mini_scores = vec![0.0; n];
+        self.mini_misses = vec![0; n];
+        self
+    }
+
+    /// Feeds the miniature simulations and, at a period's end, moves the window to the share
+    /// of the copy that missed least.
+    fn run_minis(&mut self, key: u64) {
+        if fmix64(key ^ 0xA5A5_5A5A) % self.mini_rate == 0 {
+            for (m, misses) in self.minis.iter_mut().zip(&mut self.mini_misses) {
+                if !m.access(key) {
+                    *misses += 1;
+                }
+            }
+        }
+        self.mini_requests += 1;
+        if (self.mini_requests as f64) < self.cfg.mini_period * self.capacity as f64 {
+            return;
+        }
+        self.mini_requests = 0;
+        let decay = self.cfg.mini_decay;
+        let mut best = 0;
+        for i in 0..self.minis.len() {
+            self.mini_scores[i] = decay * self.mini_scores[i] + self.mini_misses[i] as f64;
+            self.mini_misses[i] = 0;
+            if self.mini_scores[i] < self.mini_scores[best] {
+                best = i;
+            }
+        }
+        let share = self.minis[best].param;
+        let by = share - self.param;
+        self.nudge(by);
     }
 
     /// The adaptive parameter now (window share or bias).
@@ -1077,6 +1208,20 @@ impl Adaptive {
             Mode::Window { .. } => {
                 let share = (self.param - self.cfg.dead_band).max(0.0);
                 let target = (share * self.capacity as f64).round() as usize;
+                if self.cfg.minis > 0 {
+                    // A share that fell (the miniature simulations moved it) is reached by
+                    // demoting the window's oldest entries into the main space, as Caffeine
+                    // moves window entries to probation when its window shrinks: without it
+                    // the duel below keeps the window's length.
+                    let mut moved = 0;
+                    while self.window_len > target && moved < 4 {
+                        let Some(c) = self.settle(WINDOW) else { break };
+                        self.slots[c].window = false;
+                        self.window_len -= 1;
+                        self.put_back(c);
+                        moved += 1;
+                    }
+                }
                 if self.window_len >= target {
                     let c = self.settle(WINDOW);
                     let v = self.main_victim();
@@ -1380,6 +1525,9 @@ impl Policy for Adaptive {
                 self.nudge(step);
             }
         }
+        if !self.minis.is_empty() {
+            self.run_minis(key);
+        }
         hit
     }
 }
@@ -1494,6 +1642,49 @@ mod tests {
             simulate(&mut Adaptive::new(1000, Config::recommended(), 42), keys()).percent();
         assert!(next > 90.5, "{next}");
         assert!(next > churned + 0.5, "{next} {churned}");
+    }
+
+    #[test]
+    fn minis_open_the_window_while_the_hot_set_keeps_moving() {
+        // A zipf hot set that moves every 8 x the capacity (recency pays: exact LRU is the
+        // best policy here); mini caches of 100 entries (every 5th hash bucket).
+        let cfg = Config {
+            mini_size: 100,
+            ..Config::minisim()
+        };
+        let zipf = crate::zipf::Zipf::new(5_000, 1.0).expect("zipf");
+        let keys = crate::workload::shifting_zipf(&zipf, 300_000, 4_000, 3);
+        let mut p = Adaptive::new(500, cfg, 1);
+        let adaptive = simulate(&mut p, keys.iter().copied()).percent();
+        let shut = simulate(
+            &mut Adaptive::new(500, Config { minis: 0, ..cfg }, 1),
+            keys.iter().copied(),
+        )
+        .percent();
+        assert!(p.param() >= 0.5, "window share {}", p.param());
+        assert!(adaptive > shut + 2.0, "{adaptive} {shut}");
+    }
+
+    #[test]
+    fn minis_shrink_a_full_window_on_a_loop() {
+        // A loop 10% longer than the cache, starting with the window at the whole cache (where
+        // it hits nothing): the minis must move the share down and the window must shrink to it
+        // (demoting its oldest entries; the duel alone keeps a window's length).
+        let cfg = Config {
+            mini_size: 100,
+            mode: Mode::Window {
+                init: 1.0,
+                adapt: Adapt::Fixed,
+                min: 0.0,
+                max: 1.0,
+            },
+            ..Config::minisim()
+        };
+        let mut p = Adaptive::new(1000, cfg, 42);
+        let looped = simulate(&mut p, (0..400_000u64).map(|i| i % 1100)).percent();
+        assert!(p.param() < 0.1, "window share {}", p.param());
+        assert!(p.window_len < 100, "window length {}", p.window_len);
+        assert!(looped > 80.0, "{looped}");
     }
 
     #[test]

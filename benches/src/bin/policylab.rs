@@ -40,12 +40,19 @@
 //! capacity per hit), `veto=0|1` (no ghost growth while the window earned less per entry than
 //! main in the guard's last period; momentum only while it earned more), `fast=MULT/BELOW` (a
 //! window ghost moves MULT times as far while under BELOW of the last ~64 counted ghosts were
-//! main victims').
+//! main victims'), `mini=COUNT/SIZE/PERIOD[/MAX[/DECAY]]` (miniature simulations pick the
+//! window share: COUNT copies at fixed shares `MAX x (i / (COUNT - 1))^2`, SIZE entries each,
+//! fed one hash bucket in `capacity / SIZE`; every PERIOD x capacity requests the window takes
+//! the share of the copy with the fewest misses, each period's plus DECAY x the last score;
+//! the window then shrinks by demoting its oldest entries), `mrate=N` (the minis' sampling
+//! modulus is at least N).
 //! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
 //! candidate this lab recommends (the same as
 //! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`); `next` is
 //! `Config::next()`, the best candidate found since (`best,keep=1,lfu=4,added=1,period=24,
-//! dead=0.08,idle=8`). Either takes options after it: `--cand best,idle=8`.
+//! dead=0.08,idle=8`); `minisim` is `Config::minisim()`, the first candidate found that meets
+//! every cell (`next,lfu=12,width=8,marginal=0/0,guard=0,dead=0,mini=11/1000/8/1/0.5`). Each
+//! takes options after it: `--cand best,idle=8`.
 //!
 //! The peers' results do not depend on the candidates: `--peer-cache FILE` stores them and reuses
 //! them (moka's hashing is randomly seeded, so its cells move by up to about 0.4 point a run).
@@ -84,12 +91,12 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
     let mut init = None;
     let mut adapt = Adapt::Fixed;
     let (mut min, mut max) = (0.0, 1.0);
-    if mode == "best" || mode == "next" {
-        // `best` (or `next`) with options: that candidate, options applied over it.
-        cfg = if mode == "best" {
-            Config::recommended()
-        } else {
-            Config::next()
+    if mode == "best" || mode == "next" || mode == "minisim" {
+        // `best`, `next` or `minisim` with options: that candidate, options applied over it.
+        cfg = match mode {
+            "best" => Config::recommended(),
+            "next" => Config::next(),
+            _ => Config::minisim(),
         };
         if let Mode::Window {
             init: i,
@@ -191,6 +198,21 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
                 cfg.fast_below = b.parse().map_err(|_| format!("bad share {b:?}"))?;
             }
             "halvings" => cfg.reset_halvings = n()? as u32,
+            "mrate" => cfg.mini_rate_min = n()?,
+            "mini" => {
+                // COUNT/SIZE/PERIOD[/MAX[/DECAY]]
+                let parts: Vec<&str> = v.split('/').collect();
+                let num = |i: usize, d: f64| -> Result<f64, String> {
+                    parts.get(i).map_or(Ok(d), |p| {
+                        p.parse().map_err(|_| format!("bad number {p:?}"))
+                    })
+                };
+                cfg.minis = num(0, 0.0)? as usize;
+                cfg.mini_size = num(1, 100.0)? as usize;
+                cfg.mini_period = num(2, 1.0)?;
+                cfg.mini_max = num(3, 1.0)?;
+                cfg.mini_decay = num(4, 0.0)?;
+            }
             _ => return Err(format!("unknown option {k:?}")),
         }
     }
