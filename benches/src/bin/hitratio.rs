@@ -179,15 +179,15 @@ fn contenders(opts: &Options) -> Vec<Contender> {
             ..default
         }));
     }
-    // The lab's model of the adaptive policy as the store runs it (`policylab --cand best`:
-    // hits buffered 32 per miss, protected share estimated from the samples).
-    list.push(contender("lab adaptive (sshare=1, hitbuf=32)", |c| {
+    // The lab's model of the adaptive policy as the store runs it (`policylab --cand
+    // minisim,sshare=1`: protected share estimated from the samples; the store drains a full
+    // hit buffer, so no hit is lost).
+    list.push(contender("lab adaptive minisim (sshare=1)", |c| {
         Box::new(Adaptive::new(
             c,
             AdaptiveConfig {
-                hit_buffer: 32,
                 slru_sampled_share: true,
-                ..AdaptiveConfig::recommended()
+                ..AdaptiveConfig::minisim()
             },
             42,
         ))

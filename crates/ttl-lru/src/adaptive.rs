@@ -39,6 +39,10 @@
 //! bytes with the default shard count on P cores (15 KB at 2 cores, 0.8 MB at 16, 12.7 MB at
 //! 64: a large fixed cost for a small cache on a many-core machine, not yet sized down).
 
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::minisim::{IDLE, MiniSims, SKETCH_PERIOD, SKETCH_WIDTH};
 use crate::pool::EvictionPool;
 use crate::stats::CachePadded;
 use crate::sync::Ordering;
@@ -55,76 +59,11 @@ pub(crate) const STAMP: u64 = !FLAGS;
 
 /// Hashes a thread buffers per shard before its next insert drains them.
 pub(crate) const HIT_BUFFER: usize = 32;
-/// Sketch aging period, in multiples of the shard's capacity (the lab's 64; TinyLFU uses 32).
-pub(crate) const SKETCH_PERIOD: u64 = 64;
-/// A ghost counts only if the key left its region within this share of the capacity in that
-/// region's own evictions.
-const REACH: f64 = 0.05;
 /// Protected share of the main space above which sampling demotes (Caffeine's 80%).
 const PROTECTED_SHARE: f64 = 0.8;
-
-/// Which region an evicted key left.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Region {
-    Window = 0,
-    Main = 1,
-}
-
-/// Recently evicted key fingerprints, one direct-mapped table per region, each slot stamped
-/// with its region's eviction number, so a return counts only while a region that much larger
-/// would still have held the key.
-#[derive(Debug)]
-pub(crate) struct Ghosts {
-    tables: [Vec<(u32, u32)>; 2],
-    mask: usize,
-    evictions: [u32; 2],
-}
-
-impl Ghosts {
-    /// About `slots` ghosts per region (a power of two, at least 64).
-    pub(crate) fn new(slots: usize) -> Self {
-        let n = slots.max(64).next_power_of_two();
-        Self {
-            tables: [vec![(0, 0); n], vec![(0, 0); n]],
-            mask: n - 1,
-            evictions: [0; 2],
-        }
-    }
-
-    #[inline]
-    fn fingerprint(hash: u64) -> u32 {
-        // Never 0: an empty slot matches nothing.
-        (hash >> 32) as u32 | 1
-    }
-
-    /// Records an eviction of `hash` from `region`.
-    pub(crate) fn insert(&mut self, hash: u64, region: Region) {
-        let k = region as usize;
-        self.evictions[k] = self.evictions[k].wrapping_add(1);
-        self.tables[k][hash as usize & self.mask] = (Self::fingerprint(hash), self.evictions[k]);
-    }
-
-    /// If `hash` left a region within that region's last `reach` evictions: which. Forgets
-    /// every matching ghost, counted or not.
-    pub(crate) fn take(&mut self, hash: u64, reach: u32) -> Option<Region> {
-        let fp = Self::fingerprint(hash);
-        for (k, region) in [(0, Region::Window), (1, Region::Main)] {
-            let slot = &mut self.tables[k][hash as usize & self.mask];
-            if slot.0 == fp {
-                let (_, at) = std::mem::take(slot);
-                if self.evictions[k].wrapping_sub(at) < reach {
-                    return Some(region);
-                }
-            }
-        }
-        None
-    }
-
-    #[cfg(all(test, not(herd_loom)))]
-    pub(crate) fn evictions(&self, region: Region) -> u32 {
-        self.evictions[region as usize]
-    }
-}
+/// Request-clock checkpoints kept per shard for the idle decay: one every `capacity / 8`
+/// requests, so 256 cover 32 capacities (a count of 15 has halved to 0 after 4 x 8).
+const CHECKPOINTS: usize = 256;
 
 /// One thread's buffered hits on one shard: written only by that thread (plain loads and
 /// stores), drained by that thread under the shard's write lock.
@@ -146,30 +85,36 @@ impl HitBuffer {
         }
     }
 
-    /// Buffers a hit on an entry of the window (`window`) or main.
+    /// Buffers a hit on an entry of the window (`window`) or main; true if this hit filled
+    /// the buffer (the caller then drains it, if it can take the write lock at once).
     #[inline]
-    pub(crate) fn push(&self, hash: u64, window: bool) {
+    pub(crate) fn push(&self, hash: u64, window: bool) -> bool {
         let count = &self.hits[usize::from(window)];
         count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         let len = self.len.load(Ordering::Relaxed) as usize;
         if len < HIT_BUFFER {
             self.hashes[len].store(hash, Ordering::Relaxed);
             self.len.store(len as u64 + 1, Ordering::Relaxed);
+            return len + 1 == HIT_BUFFER;
         }
+        false
     }
 
-    /// Empties the buffer into `state` (its owner thread, under the shard's write lock).
-    fn drain_into(&self, state: &mut State) {
+    /// Empties the buffer into `state` (its owner thread, under the shard's write lock),
+    /// appending the hashes the miniature simulations sample to `sampled`.
+    fn drain_into(&self, state: &mut State, sampled: &mut Sampled) {
         let len = self.len.load(Ordering::Relaxed) as usize;
         for h in &self.hashes[..len.min(HIT_BUFFER)] {
-            state.sketch.record(h.load(Ordering::Relaxed), None);
+            let h = h.load(Ordering::Relaxed);
+            state.sketch.record(h, None);
+            if state.minis.sampled(h) {
+                sampled.push(h);
+            }
         }
         let (m, w) = (
             self.hits[0].load(Ordering::Relaxed),
             self.hits[1].load(Ordering::Relaxed),
         );
-        state.window_hits += w;
-        state.main_hits += m;
         state.requests += w + m;
         if len > 0 {
             self.len.store(0, Ordering::Relaxed);
@@ -179,6 +124,28 @@ impl HitBuffer {
         }
         if m > 0 {
             self.hits[0].store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The sampled hashes of one drain and its miss, fed to the miniature simulations at once.
+pub(crate) struct Sampled {
+    hashes: [u64; HIT_BUFFER + 1],
+    len: usize,
+}
+
+impl Sampled {
+    fn new() -> Self {
+        Self {
+            hashes: [0; HIT_BUFFER + 1],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, hash: u64) {
+        if self.len < self.hashes.len() {
+            self.hashes[self.len] = hash;
+            self.len += 1;
         }
     }
 }
@@ -217,72 +184,101 @@ pub(crate) struct State {
     pub(crate) capacity: u64,
     pub(crate) window_pool: EvictionPool,
     pub(crate) window_len: u64,
-    /// The window's target length in entries (fractional: the guard moves it by shares).
+    /// The window's target length in entries: the share the miniature simulations chose, of
+    /// this shard's capacity.
     pub(crate) target: f64,
-    pub(crate) ghosts: Ghosts,
     pub(crate) sketch: crate::admission::FrequencySketch,
+    /// The cache's miniature simulations (`minisim.rs`), shared by its shards.
+    pub(crate) minis: Arc<MiniSims>,
     /// Moving average of the protected share of sampled main entries (nothing counts
     /// protected entries exactly: a hit that protects one would have to write a shared count).
     pub(crate) protected_share: f64,
-    requests: u64,
-    window_hits: u64,
-    main_hits: u64,
+    /// Requests this shard has recorded (inserted misses, drained hits): the idle decay's
+    /// clock.
+    pub(crate) requests: u64,
+    /// `(stamp milliseconds, requests)` every `capacity / 8` requests, oldest first: turns an
+    /// entry's recency stamp into the requests since it.
+    checkpoints: VecDeque<(u64, u64)>,
 }
 
 impl State {
-    pub(crate) fn new(capacity: u64, pool_size: usize) -> Self {
+    pub(crate) fn new(capacity: u64, pool_size: usize, minis: Arc<MiniSims>) -> Self {
         let capacity = capacity.max(1);
         Self {
             capacity,
             window_pool: EvictionPool::new(pool_size),
             window_len: 0,
             target: 0.0,
-            ghosts: Ghosts::new((2.0 * REACH * capacity as f64) as usize),
-            sketch: crate::admission::FrequencySketch::with_period(capacity, SKETCH_PERIOD),
+            sketch: crate::admission::FrequencySketch::shaped(
+                capacity,
+                SKETCH_PERIOD,
+                SKETCH_WIDTH,
+                true,
+            ),
+            minis,
             protected_share: 0.0,
             requests: 0,
-            window_hits: 0,
-            main_hits: 0,
+            checkpoints: VecDeque::with_capacity(CHECKPOINTS),
         }
     }
 
-    /// A miss of `hash` that is about to insert it: drains the thread's buffered hits, records
-    /// the miss, moves the target on a counted ghost, counts the request.
-    pub(crate) fn on_miss(&mut self, hash: u64, buffer: Option<&HitBuffer>) {
+    /// A miss of `hash` that is about to insert it at `now` (milliseconds): drains the
+    /// thread's buffered hits, records the miss, feeds the miniature simulations, counts the
+    /// request and takes the simulations' current share as the window's target.
+    pub(crate) fn on_miss(&mut self, hash: u64, buffer: Option<&HitBuffer>, now: u64) {
+        let mut sampled = Sampled::new();
         if let Some(b) = buffer {
-            b.drain_into(self);
+            b.drain_into(self, &mut sampled);
         }
         self.sketch.record(hash, None);
-        let reach = ((REACH * self.capacity as f64) as u32).max(1);
-        match self.ghosts.take(hash, reach) {
-            Some(Region::Window) => self.move_target(1.0),
-            Some(Region::Main) => self.move_target(-1.0),
-            None => {}
+        if self.minis.sampled(hash) {
+            sampled.push(hash);
         }
+        self.minis.feed(&sampled.hashes[..sampled.len]);
         self.requests += 1;
-        self.guard();
+        self.checkpoint(now);
+        self.target = self.minis.share() * self.capacity as f64;
     }
 
-    fn move_target(&mut self, by: f64) {
-        self.target = (self.target + by).clamp(0.0, self.capacity as f64);
+    /// Drains a full hit buffer outside an insert (a hit that filled it took the write lock).
+    pub(crate) fn drain(&mut self, buffer: &HitBuffer, now: u64) {
+        let mut sampled = Sampled::new();
+        buffer.drain_into(self, &mut sampled);
+        self.minis.feed(&sampled.hashes[..sampled.len]);
+        self.checkpoint(now);
     }
 
-    /// Every `capacity` requests: if the window earned fewer hits per entry than main, shrink
-    /// it by Caffeine's density step, `min(0.30, 0.03 x |ln ratio|)` of the capacity.
-    fn guard(&mut self) {
-        if self.requests < self.capacity {
-            return;
+    fn checkpoint(&mut self, now: u64) {
+        let every = (self.capacity / 8).max(1);
+        let due = self
+            .checkpoints
+            .back()
+            .is_none_or(|&(_, r)| self.requests >= r + every);
+        if due {
+            if self.checkpoints.len() == CHECKPOINTS {
+                self.checkpoints.pop_front();
+            }
+            self.checkpoints.push_back((now, self.requests));
         }
-        let wlen = self.window_len.max(1) as f64;
-        let mlen = self.capacity.saturating_sub(self.window_len).max(1) as f64;
-        let e =
-            ((self.window_hits as f64 + 0.5) / wlen / ((self.main_hits as f64 + 0.5) / mlen)).ln();
-        if e < 0.0 {
-            self.move_target(-(0.03 * e.abs()).min(0.30) * self.capacity as f64);
-        }
-        self.requests = 0;
-        self.window_hits = 0;
-        self.main_hits = 0;
+    }
+
+    /// Requests recorded since `stamp` (milliseconds), at most: counted from the first
+    /// checkpoint at or after it (so an entry stamped after the last one is not idle yet), or
+    /// from the oldest kept if it is older than every checkpoint.
+    fn requests_since(&self, stamp: u64) -> u64 {
+        let at = self.checkpoints.partition_point(|&(ms, _)| ms < stamp);
+        self.checkpoints
+            .get(at)
+            .map_or(0, |&(_, r)| self.requests - r)
+    }
+
+    /// A main victim's count in a duel: the sketch's estimate of `hash`, halved per
+    /// `IDLE x capacity` requests since the victim's `stamp` (a hot set that moved on leaves
+    /// entries whose counts say "hot" until the sketch ages; their idle time says otherwise).
+    pub(crate) fn victim_frequency(&self, hash: u64, stamp: u64) -> u8 {
+        let f = self.sketch.frequency(hash);
+        let halvings = self.requests_since(stamp) / (IDLE * self.capacity);
+        f.checked_shr(halvings.min(8) as u32).unwrap_or(0)
     }
 
     /// The window's target in whole entries.
@@ -317,90 +313,46 @@ mod tests {
         assert_eq!((stamp | PROTECTED) & FLAGS, PROTECTED);
     }
 
-    #[test]
-    fn a_ghost_counts_only_within_reach_of_its_regions_evictions() {
-        let mut g = Ghosts::new(64);
-        g.insert(0xAAAA_0000_0000_0001, Region::Window);
-        // Evictions from main do not age a window ghost.
-        for i in 0..100u64 {
-            g.insert((i << 32) | 2, Region::Main);
-        }
-        assert_eq!(g.take(0xAAAA_0000_0000_0001, 5), Some(Region::Window));
-        assert_eq!(g.take(0xAAAA_0000_0000_0001, 5), None, "taken once");
-        g.insert(0xBBBB_0000_0000_0003, Region::Main);
-        for i in 0..5u64 {
-            g.insert(((i + 200) << 32) | 4, Region::Main);
-        }
-        assert_eq!(
-            g.take(0xBBBB_0000_0000_0003, 5),
-            None,
-            "5 evictions ago: out of reach"
-        );
-        g.insert(0xCCCC_0000_0000_0003, Region::Main);
-        assert_eq!(g.take(0xCCCC_0000_0000_0003, 5), Some(Region::Main));
-        assert_eq!(g.evictions(Region::Window), 1);
-        assert_eq!(g.evictions(Region::Main), 107);
-        assert_eq!(g.take(0xDDDD_0000_0000_0009, 1000), None, "never evicted");
+    fn state(capacity: u64) -> State {
+        State::new(capacity, 16, Arc::new(MiniSims::new(capacity, 1)))
     }
 
     #[test]
-    fn ghost_hits_move_the_window_target_by_one_entry() {
-        let mut s = State::new(1000, 16);
-        s.ghosts.insert(7 << 32, Region::Window);
-        s.on_miss(7 << 32, None);
-        assert_eq!(s.target, 1.0);
-        s.ghosts.insert(8 << 32, Region::Window);
-        s.on_miss(8 << 32, None);
-        assert_eq!(s.target, 2.0);
-        s.ghosts.insert(9 << 32, Region::Main);
-        s.on_miss(9 << 32, None);
-        assert_eq!(s.target, 1.0);
-        for k in 10..20u64 {
-            s.ghosts.insert(k << 32, Region::Main);
-            s.on_miss(k << 32, None);
+    fn idle_decay_halves_a_victims_count_per_eight_capacities_of_requests() {
+        let mut s = state(100);
+        for _ in 0..20 {
+            s.sketch.record(42, None);
         }
-        assert_eq!(s.target, 0.0, "never below 0");
-    }
-
-    #[test]
-    fn the_guard_shrinks_a_window_that_earns_less_per_entry() {
-        let mut s = State::new(100, 16);
-        s.target = 50.0;
-        s.window_len = 50;
-        let b = HitBuffer::new();
-        // 100 requests: 99 main hits and none in the window, then a miss closes the period.
-        for k in 0..99 {
-            b.push(k, false);
+        assert_eq!(s.victim_frequency(42, 0), 16);
+        // One request per millisecond: stamps and the request clock advance together.
+        for ms in 1..=800u64 {
+            s.on_miss(ms << 32, None, ms);
         }
-        s.on_miss(1000, Some(&b));
-        // ln((0.5/50) / (99.5/50)) = -5.3: the step is min(0.30, 0.16) of the capacity.
-        assert!(
-            (s.target - (50.0 - 0.03 * 5.293 * 100.0)).abs() < 0.1,
-            "{}",
-            s.target
-        );
-        // A window that earns more per entry is left alone (the guard never grows it).
-        let t = s.target;
-        for k in 0..99 {
-            b.push(k, true);
+        // Stamped at 1 ms: 799 requests since, under 8 capacities.
+        assert_eq!(s.victim_frequency(42, 1), 16);
+        assert_eq!(s.victim_frequency(42, 799), 16);
+        for ms in 801..=1700u64 {
+            s.on_miss(ms << 32, None, ms);
         }
-        s.on_miss(1001, Some(&b));
-        assert_eq!(s.target, t);
+        // 1,699 requests since 1 ms: over 16 capacities, halved twice.
+        let f = s.victim_frequency(42, 1);
+        assert_eq!(f, 4);
+        assert_eq!(s.victim_frequency(42, 1700), s.sketch.frequency(42));
     }
 
     #[test]
     fn a_full_hit_buffer_drops_hashes_but_counts_hits() {
-        let mut s = State::new(1_000_000, 16);
+        let mut s = state(1_000_000);
         let b = HitBuffer::new();
         for _ in 0..40 {
             b.push(42, false);
         }
-        s.on_miss(7, Some(&b));
-        assert_eq!(s.main_hits, 40);
+        s.on_miss(7, Some(&b), 1);
+        assert_eq!(s.requests, 41);
         // 32 buffered records after the doorkeeper's first: saturated at 15 (+1 doorkeeper).
         assert_eq!(s.sketch.frequency(42), 16);
         assert_eq!(b.len.load(Ordering::Relaxed), 0, "drained");
-        s.on_miss(8, Some(&b));
-        assert_eq!(s.main_hits, 40, "nothing twice");
+        s.on_miss(8, Some(&b), 2);
+        assert_eq!(s.requests, 42, "nothing twice");
     }
 }

@@ -99,6 +99,9 @@ pub(crate) struct FrequencySketch {
     door_mask: usize,
     records: AtomicU64,
     sample_size: u64,
+    /// Only records that raised a counter (or set a doorkeeper bit) count toward aging, as
+    /// Caffeine and moka count them: a hot set's saturated hits do not age the sketch.
+    added_only: bool,
 }
 
 impl FrequencySketch {
@@ -111,7 +114,14 @@ impl FrequencySketch {
     pub(crate) fn with_period(capacity: u64, period: u64) -> Self {
         // Four counters per row per entry of capacity: with fewer, a cold key too often collides
         // with hot ones in every row and is admitted over a hot victim.
-        let width = usize::try_from(capacity.saturating_mul(4).clamp(64, 1 << 26))
+        Self::shaped(capacity, period, 4, false)
+    }
+
+    /// A sketch for about `capacity` keys with `per_entry` counters per row per entry of
+    /// capacity, halving every `period x capacity` records (only those that raised a counter if
+    /// `added_only`).
+    pub(crate) fn shaped(capacity: u64, period: u64, per_entry: u64, added_only: bool) -> Self {
+        let width = usize::try_from(capacity.saturating_mul(per_entry).clamp(64, 1 << 26))
             .unwrap_or(1 << 26)
             .next_power_of_two();
         let door_bits = width * 8;
@@ -124,6 +134,7 @@ impl FrequencySketch {
             door_mask: door_bits - 1,
             records: AtomicU64::new(0),
             sample_size: period * capacity.max(16),
+            added_only,
         }
     }
 
@@ -165,6 +176,7 @@ impl FrequencySketch {
         let door = &self.doorkeeper[word];
         let seen = door.load(Ordering::Relaxed) & bit != 0
             || door.fetch_or(bit, Ordering::Relaxed) & bit != 0;
+        let mut added = !seen;
         if seen {
             // Conservative update: raise only the counters that hold the minimum.
             let slots: [usize; ROWS] = std::array::from_fn(|r| self.slot(hash, r));
@@ -181,9 +193,13 @@ impl FrequencySketch {
                     let w = word.load(Ordering::Relaxed);
                     if ((w >> shift) & 0xF) as u8 == min {
                         word.store(w + (1 << shift), Ordering::Relaxed);
+                        added = true;
                     }
                 }
             }
+        }
+        if self.added_only && !added {
+            return;
         }
         match me {
             Some(stripe) => {

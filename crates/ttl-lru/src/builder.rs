@@ -9,6 +9,7 @@ use crate::budget::Budget;
 use crate::cache::{Cache, IdleBy, Inner, Weigher};
 use crate::clock::{Clock, ClockSource, CoarseClock, duration_to_ms};
 use crate::listener::{Listener, RemovalCause};
+use crate::minisim::MiniSims;
 use crate::shard::{FromCache, Shard, ShardConfig};
 use crate::stats::CachePadded;
 use crate::table::Columns;
@@ -308,6 +309,13 @@ where
             weighted: self.weigher.is_some(),
             gated: duration_to_ms(self.stale_while_revalidate) > 0,
         };
+        // One set of miniature simulations for the cache, shared by its shards (`minisim.rs`).
+        let minis = (self.admission == Admission::Adaptive).then(|| {
+            Arc::new(MiniSims::new(
+                self.capacity,
+                self.seed.unwrap_or(0x51A1_5EED),
+            ))
+        });
         let shards: Box<[Shard<K, V>]> = caps
             .iter()
             .enumerate()
@@ -328,6 +336,7 @@ where
                         columns,
                         hasher: hasher.clone(),
                         tally: tally.clone(),
+                        minis: minis.clone(),
                     },
                 )
                 .with_listener(self.listener.clone())

@@ -109,6 +109,7 @@ mod iter;
 mod listener;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod minisim;
 mod observe;
 mod pool;
 pub mod pressure;

@@ -164,7 +164,18 @@ impl<T> ShardLock<T> {
     /// Exclusive access: queue behind other writers, raise the writer flag, wait for the readers
     /// inside to leave. O(marks of the cache).
     pub(crate) fn write(&self) -> WriteGuard<'_, T> {
-        let queue = self.writers.lock();
+        self.write_queued(self.writers.lock())
+    }
+
+    /// [`write`](Self::write) if no other writer holds or waits for the lock; `None` instead
+    /// of queueing (readers inside are still waited for: they are short).
+    pub(crate) fn try_write(&self) -> Option<WriteGuard<'_, T>> {
+        self.writers
+            .try_lock()
+            .map(|queue| self.write_queued(queue))
+    }
+
+    fn write_queued<'a>(&'a self, queue: MutexGuard<'a>) -> WriteGuard<'a, T> {
         self.writer.swap(1, Ordering::SeqCst);
         let mut round = 0;
         while self.shared.load(Ordering::SeqCst) != 0 {

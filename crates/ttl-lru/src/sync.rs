@@ -58,6 +58,19 @@ impl Mutex {
         }
     }
 
+    /// The guard if the mutex is free now; `None` instead of waiting.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_>> {
+        #[cfg(not(herd_loom))]
+        {
+            self.inner.try_lock()
+        }
+        #[cfg(herd_loom)]
+        {
+            self.inner.try_lock().ok()
+        }
+    }
+
     #[inline]
     pub(crate) fn lock(&self) -> MutexGuard<'_> {
         #[cfg(not(herd_loom))]

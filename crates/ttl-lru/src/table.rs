@@ -27,8 +27,9 @@ use std::hash::Hash;
 
 use hashbrown::HashTable;
 
-use crate::adaptive::{FLAGS, PROTECTED, Region, STAMP, State, WINDOW};
+use crate::adaptive::{FLAGS, PROTECTED, STAMP, State, WINDOW};
 use crate::fence::WriteLog;
+use crate::minisim::LFU_PICK;
 use crate::pool::{Candidate, EvictionPool};
 use crate::rng::XorShift64;
 use crate::shard::{ErasedError, ShardConfig};
@@ -879,70 +880,69 @@ impl<K: Eq + Hash, V> Table<K, V> {
                 self.pool.offer(c);
             }
         }
-        let pick = if st.window_len >= st.target_len() {
+        // A target below the window's length (the miniature simulations lowered the share)
+        // is reached by demoting the window's oldest entries into main, up to 4 per eviction:
+        // the duel below keeps the window's length, so without this a falling share would
+        // never be reached.
+        let target = st.target_len();
+        let mut demoted = 0;
+        while st.window_len > target && demoted < 4 {
+            let Some(c) = self.settle_region(st, true, now, exclude) else {
+                break;
+            };
+            self.promote(st, c, now);
+            demoted += 1;
+        }
+        let pick = if st.window_len >= target {
             let c = self.settle_region(st, true, now, exclude);
-            let v = self.settle_region(st, false, now, exclude);
+            let v = self.main_victim(st, now, exclude);
             match (c, v) {
                 (Some(c), Some(v)) => {
-                    let (hc, hv) = (self.hash_of(c), self.hash_of(v));
-                    if st.sketch.frequency(hc) > st.sketch.frequency(hv) {
+                    if st.sketch.frequency(self.hash_of(c)) > self.victim_frequency(st, v) {
                         // The window's candidate joins main; main's victim leaves.
                         self.promote(st, c, now);
-                        st.ghosts.insert(hv, Region::Main);
                         Pick::Evict {
                             at: v,
                             window: true,
                         }
                     } else {
-                        st.ghosts.insert(hc, Region::Window);
+                        // The victim won: it stays pooled, the one the next duel must beat
+                        // (as moka's LRU head stays put), so a loop's newcomers keep losing.
+                        self.repool(v, now);
                         Pick::Evict {
                             at: c,
                             window: true,
                         }
                     }
                 }
-                (None, Some(v)) => {
-                    let hv = self.hash_of(v);
-                    match newcomer {
-                        // No window entry to duel: the newcomer duels main's victim itself.
-                        Some(h) if st.sketch.frequency(h) <= st.sketch.frequency(hv) => {
-                            st.ghosts.insert(h, Region::Window);
-                            Pick::Decline
-                        }
-                        _ => {
-                            st.ghosts.insert(hv, Region::Main);
-                            Pick::Evict {
-                                at: v,
-                                window: false,
-                            }
-                        }
+                (None, Some(v)) => match newcomer {
+                    // No window entry to duel: the newcomer duels main's victim itself.
+                    Some(h) if st.sketch.frequency(h) <= self.victim_frequency(st, v) => {
+                        self.repool(v, now);
+                        Pick::Decline
                     }
-                }
-                (Some(c), None) => {
-                    st.ghosts.insert(self.hash_of(c), Region::Window);
-                    Pick::Evict {
-                        at: c,
-                        window: true,
-                    }
-                }
-                (None, None) => {
-                    let v = self.any_but(exclude)?;
-                    st.ghosts.insert(self.hash_of(v), Region::Main);
-                    Pick::Evict {
+                    _ => Pick::Evict {
                         at: v,
-                        window: true,
-                    }
-                }
+                        window: false,
+                    },
+                },
+                (Some(c), None) => Pick::Evict {
+                    at: c,
+                    window: true,
+                },
+                (None, None) => Pick::Evict {
+                    at: self.any_but(exclude)?,
+                    window: true,
+                },
             }
         } else {
-            let v = match self.settle_region(st, false, now, exclude) {
+            let v = match self.main_victim(st, now, exclude) {
                 Some(v) => v,
                 None => match self.settle_region(st, true, now, exclude) {
                     Some(v) => v,
                     None => self.any_but(exclude)?,
                 },
             };
-            st.ghosts.insert(self.hash_of(v), Region::Main);
             Pick::Evict {
                 at: v,
                 window: true,
@@ -955,6 +955,51 @@ impl<K: Eq + Hash, V> Table<K, V> {
     #[inline]
     fn in_window(&self, at: At) -> bool {
         matches!(at, At::Value(i) if self.slots[i].flags() & WINDOW != 0)
+    }
+
+    /// Main's victim: of the [`LFU_PICK`] oldest settled main candidates, the least frequent
+    /// (the oldest among equals); the others go back to the pool. Recency alone would evict a
+    /// key of the frequent core that merely was not hit lately.
+    fn main_victim(&mut self, st: &mut State, now: u64, exclude: Option<At>) -> Option<At> {
+        let first = self.settle_region(st, false, now, exclude)?;
+        let mut best = (st.sketch.frequency(self.hash_of(first)), first);
+        let mut others = [first; LFU_PICK];
+        let mut n = 0;
+        for _ in 1..LFU_PICK {
+            let Some(c) = self.settle_region(st, false, now, exclude) else {
+                break;
+            };
+            let f = st.sketch.frequency(self.hash_of(c));
+            if f < best.0 {
+                others[n] = best.1;
+                best = (f, c);
+            } else {
+                others[n] = c;
+            }
+            n += 1;
+        }
+        for &o in &others[..n] {
+            self.repool(o, now);
+        }
+        Some(best.1)
+    }
+
+    /// A main victim's count in a duel, with the idle decay (`State::victim_frequency`).
+    fn victim_frequency(&self, st: &State, at: At) -> u8 {
+        let stamp = match at {
+            At::Value(i) => self.slots[i].last_access.load(Ordering::Relaxed) & STAMP,
+            At::Error(i) => self.errors[i].stored_at,
+        };
+        st.victim_frequency(self.hash_of(at), stamp)
+    }
+
+    /// Puts `at` back in main's pool at its current rank.
+    fn repool(&mut self, at: At, now: u64) {
+        let rank = self.rank(at, now);
+        self.pool.offer(Candidate {
+            rank,
+            idx: at.encode(),
+        });
     }
 
     /// Moves the window entry at `at` to main, pooling it there.

@@ -1,0 +1,473 @@
+//! Miniature simulations that choose the adaptive policy's window share (issue 17).
+//!
+//! The adaptive policy (`adaptive.rs`) is a sampled W-TinyLFU: a window admits by recency, a
+//! sketch guards the main space. How large the window should be depends on the workload: a
+//! shut window wins traces with a stable frequent core (P6), a window over the whole cache wins
+//! a hot set that keeps moving (exact LRU's best case). No signal read off the cache itself
+//! tells the two apart (docs/benchmarks.md lists the detectors tried), so the cache *measures*
+//! them instead, as Waldspurger et al. propose ("Cache Modeling and Optimization using
+//! Miniature Simulations", ATC 2017; Caffeine's simulator has it as `MiniSimClimber`):
+//! [`MINIS`] small copies of the policy, each with a fixed window share `(i / 10)^2` (0, 1%,
+//! 4%, ..., 100%), replay the requests of one hash bucket in `capacity / 1000` (every request
+//! of a cache of 1,000 entries or fewer) at `min(capacity, 1000)` entries. Every 8 x 1000 of
+//! those sampled requests, the window takes the share of the copy with the fewest misses (each
+//! period's plus half the last score: picks with no memory flip between shares and lose).
+//!
+//! Modelled first in `benches/src/adaptive.rs` (`Config::minisim()`); [`Mini`] is that model
+//! with the options it uses, the same as the store's eviction (`table.rs`): 10 adjacent samples
+//! plus a pool of 16 per region, a sampled SLRU main space, the least frequent of the 12 oldest
+//! main candidates as victim, a sticky victim, idle decay, the sketch of [`Sketch`]'s shape.
+//!
+//! One [`MiniSims`] per cache, shared by its shards: a shard feeds it the sampled hashes of
+//! the requests it records (the misses it inserts and the hits its threads drain), under the
+//! shard's write lock, with a `try_lock` (a sample that finds another shard feeding is dropped:
+//! the estimate needs a sample of requests, not all of them). The share is published in an
+//! atomic word that every shard reads when it evicts. Memory: `11 x min(capacity, 1000)`
+//! simulated entries of 24 bytes plus an index and sketch each, about 0.6 MB at most.
+
+use std::collections::HashMap;
+
+use crate::admission::FrequencySketch;
+use crate::pool::{Candidate, EvictionPool};
+use crate::rng::XorShift64;
+use crate::sync::Ordering;
+use crate::sync::plain::AtomicU64;
+
+/// Copies, at window shares `(i / (MINIS - 1))^2`.
+pub(crate) const MINIS: usize = 11;
+/// Entries per copy (fewer if the cache is smaller).
+const MINI_SIZE: u64 = 1000;
+/// A pick every this many copy capacities of sampled requests.
+const PERIOD: u64 = 8;
+/// Each period's score: its misses plus this share of the last score.
+const DECAY: f64 = 0.5;
+/// Adjacent samples and pool size per region, as the store's defaults.
+const SAMPLES: usize = 10;
+const POOL: usize = 16;
+/// A hit rewrites a copy's stamp at most once per this many of its requests (the lab's model
+/// of the store's recency resolution).
+const RESOLUTION: u64 = 200;
+/// A copy's main victim: the least frequent of this many of the oldest main candidates.
+pub(crate) const LFU_PICK: usize = 12;
+/// A duelling victim's count halves per this many capacities of requests it has been idle.
+pub(crate) const IDLE: u64 = 8;
+/// Protected share of the main space above which sampling demotes (Caffeine's 80%).
+const PROTECTED_SHARE: f64 = 0.8;
+/// Sketch aging period (x capacity, counting records that raised a counter) and width
+/// (counters per row per entry): the policy's (`adaptive.rs`).
+pub(crate) const SKETCH_PERIOD: u64 = 24;
+pub(crate) const SKETCH_WIDTH: u64 = 8;
+/// Salt for the sampling hash, so the sampled bucket is unrelated to shard and table bits.
+const SALT: u64 = 0xA5A5_5A5A_C3C3_3C3C;
+
+/// The copies and the share they chose, shared by a cache's shards.
+#[derive(Debug)]
+pub(crate) struct MiniSims {
+    /// A request is sampled when `fmix(hash) % rate == 0`.
+    rate: u64,
+    /// The chosen window share, as `f64` bits.
+    share: AtomicU64,
+    sims: parking_lot::Mutex<Sims>,
+}
+
+#[derive(Debug)]
+struct Sims {
+    minis: Vec<Mini>,
+    scores: [f64; MINIS],
+    misses: [u64; MINIS],
+    seen: u64,
+    period: u64,
+}
+
+impl MiniSims {
+    /// Copies for a cache of `capacity` entries.
+    pub(crate) fn new(capacity: u64, seed: u64) -> Self {
+        let capacity = capacity.max(1);
+        let size = capacity.min(MINI_SIZE);
+        let rate = (capacity / size).max(1);
+        let minis = (0..MINIS)
+            .map(|i| {
+                let share = (i as f64 / (MINIS - 1) as f64).powi(2);
+                Mini::new(size as usize, share, seed ^ ((i as u64 + 1) * 0x9E37))
+            })
+            .collect();
+        Self {
+            rate,
+            share: AtomicU64::new(0f64.to_bits()),
+            sims: parking_lot::Mutex::new(Sims {
+                minis,
+                scores: [0.0; MINIS],
+                misses: [0; MINIS],
+                seen: 0,
+                period: PERIOD * size,
+            }),
+        }
+    }
+
+    /// Whether requests for `hash` are replayed by the copies.
+    #[inline]
+    pub(crate) fn sampled(&self, hash: u64) -> bool {
+        self.rate == 1 || fmix64(hash ^ SALT) % self.rate == 0
+    }
+
+    /// The window share the copies chose last (0 until their first pick).
+    #[inline]
+    pub(crate) fn share(&self) -> f64 {
+        f64::from_bits(self.share.load(Ordering::Relaxed))
+    }
+
+    /// Replays `hashes` (sampled requests, in order) in every copy, unless another shard is
+    /// feeding them right now (then they are dropped). Ends a period when one is due.
+    pub(crate) fn feed(&self, hashes: &[u64]) {
+        if hashes.is_empty() {
+            return;
+        }
+        let Some(mut sims) = self.sims.try_lock() else {
+            return;
+        };
+        let sims = &mut *sims;
+        for &h in hashes {
+            for (m, misses) in sims.minis.iter_mut().zip(&mut sims.misses) {
+                if !m.access(h) {
+                    *misses += 1;
+                }
+            }
+            sims.seen += 1;
+            if sims.seen >= sims.period {
+                sims.seen = 0;
+                let mut best = 0;
+                for i in 0..MINIS {
+                    sims.scores[i] = DECAY * sims.scores[i] + sims.misses[i] as f64;
+                    sims.misses[i] = 0;
+                    if sims.scores[i] < sims.scores[best] {
+                        best = i;
+                    }
+                }
+                self.share
+                    .store(sims.minis[best].share.to_bits(), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The copies' window shares and smoothed scores (tests).
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) fn scores(&self) -> Vec<(f64, f64)> {
+        let sims = self.sims.lock();
+        sims.minis
+            .iter()
+            .zip(sims.scores)
+            .map(|(m, s)| (m.share, s))
+            .collect()
+    }
+}
+
+/// MurmurHash3's 64-bit finaliser.
+#[inline]
+fn fmix64(mut k: u64) -> u64 {
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+    k ^= k >> 33;
+    k
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    hash: u64,
+    stamp: u64,
+    window: bool,
+    protected: bool,
+}
+
+impl Entry {
+    /// Eviction rank: recency, protected main entries after every probation one.
+    fn rank(&self) -> u64 {
+        self.stamp + (u64::from(self.protected) << 40)
+    }
+}
+
+const MAIN: usize = 0;
+const WINDOW: usize = 1;
+
+/// One copy: the policy at a fixed window share, keyed by hash, single-threaded.
+#[derive(Debug)]
+struct Mini {
+    capacity: usize,
+    share: f64,
+    slots: Vec<Entry>,
+    index: HashMap<u64, u32, ahash::RandomState>,
+    pools: [EvictionPool; 2],
+    rng: XorShift64,
+    clock: u64,
+    sketch: FrequencySketch,
+    window_len: usize,
+    protected_len: usize,
+}
+
+impl Mini {
+    fn new(capacity: usize, share: f64, seed: u64) -> Self {
+        Self {
+            capacity,
+            share,
+            slots: Vec::with_capacity(capacity),
+            index: HashMap::with_capacity_and_hasher(
+                capacity,
+                ahash::RandomState::with_seeds(9, 8, 7, 6),
+            ),
+            pools: [EvictionPool::new(POOL), EvictionPool::new(POOL)],
+            rng: XorShift64::new(seed),
+            clock: 0,
+            sketch: FrequencySketch::shaped(capacity as u64, SKETCH_PERIOD, SKETCH_WIDTH, true),
+            window_len: 0,
+            protected_len: 0,
+        }
+    }
+
+    fn target(&self) -> usize {
+        (self.share * self.capacity as f64).round() as usize
+    }
+
+    /// One request; true on a hit.
+    fn access(&mut self, hash: u64) -> bool {
+        self.clock += 1;
+        self.sketch.record(hash, None);
+        if let Some(&i) = self.index.get(&hash) {
+            let e = &mut self.slots[i as usize];
+            if !e.window && !e.protected {
+                e.protected = true;
+                self.protected_len += 1;
+            }
+            if self.clock - e.stamp >= RESOLUTION {
+                e.stamp = self.clock;
+            }
+            return true;
+        }
+        if self.slots.len() < self.capacity {
+            let window = self.window_len < self.target();
+            self.push(hash, window);
+        } else {
+            self.evict_for(hash);
+        }
+        false
+    }
+
+    fn push(&mut self, hash: u64, window: bool) {
+        self.index.insert(hash, self.slots.len() as u32);
+        self.slots.push(Entry {
+            hash,
+            stamp: self.clock,
+            window,
+            protected: false,
+        });
+        self.window_len += usize::from(window);
+    }
+
+    fn replace(&mut self, i: usize, hash: u64, window: bool) {
+        let old = self.slots[i];
+        self.protected_len -= usize::from(old.protected);
+        self.window_len -= usize::from(old.window);
+        self.index.remove(&old.hash);
+        self.window_len += usize::from(window);
+        self.slots[i] = Entry {
+            hash,
+            stamp: self.clock,
+            window,
+            protected: false,
+        };
+        self.index.insert(hash, i as u32);
+    }
+
+    fn offer(&mut self, i: usize) {
+        let e = self.slots[i];
+        let region = if e.window { WINDOW } else { MAIN };
+        self.pools[region].offer(Candidate {
+            rank: e.rank(),
+            idx: i as u32,
+        });
+    }
+
+    /// Reads `SAMPLES` adjacent entries into the pools, demoting the oldest protected one while
+    /// protected entries hold too much of main.
+    fn sample(&mut self) {
+        let len = self.slots.len();
+        let start = self.rng.below(len);
+        let n = SAMPLES.min(len);
+        if self.protected_len as f64 > (len - self.window_len) as f64 * PROTECTED_SHARE {
+            let mut oldest: Option<usize> = None;
+            for r in 0..n {
+                let i = (start + r) % len;
+                let e = &self.slots[i];
+                if e.protected && oldest.is_none_or(|o| e.stamp < self.slots[o].stamp) {
+                    oldest = Some(i);
+                }
+            }
+            if let Some(o) = oldest {
+                self.slots[o].protected = false;
+                self.protected_len -= 1;
+            }
+        }
+        for r in 0..n {
+            self.offer((start + r) % len);
+        }
+    }
+
+    /// The best pooled candidate of `region` that still ranks as recorded.
+    fn settle(&mut self, region: usize) -> Option<usize> {
+        while let Some(c) = self.pools[region].pop_best() {
+            let i = c.idx as usize;
+            let e = self.slots[i];
+            if usize::from(e.window) != region {
+                self.offer(i);
+                continue;
+            }
+            if e.rank() <= c.rank || self.pools[region].best_rank().is_none_or(|b| e.rank() <= b) {
+                return Some(i);
+            }
+            self.offer(i);
+        }
+        None
+    }
+
+    /// Of the `LFU_PICK` oldest pooled main candidates, the least frequent.
+    fn main_victim(&mut self) -> Option<usize> {
+        let first = self.settle(MAIN)?;
+        let mut best = (self.sketch.frequency(self.slots[first].hash), first);
+        let mut others = [0usize; LFU_PICK];
+        let mut n = 0;
+        for _ in 1..LFU_PICK {
+            let Some(c) = self.settle(MAIN) else { break };
+            let f = self.sketch.frequency(self.slots[c].hash);
+            if f < best.0 {
+                others[n] = best.1;
+                best = (f, c);
+            } else {
+                others[n] = c;
+            }
+            n += 1;
+        }
+        for &o in &others[..n] {
+            self.offer(o);
+        }
+        Some(best.1)
+    }
+
+    /// A main victim's count in a duel: halved per `IDLE x capacity` requests of idleness.
+    fn victim_frequency(&self, v: usize) -> u8 {
+        let f = self.sketch.frequency(self.slots[v].hash);
+        let idle = self.clock - self.slots[v].stamp;
+        let halvings = idle / (IDLE * self.capacity as u64).max(1);
+        f.checked_shr(halvings.min(8) as u32).unwrap_or(0)
+    }
+
+    fn evict_for(&mut self, hash: u64) {
+        self.sample();
+        let target = self.target();
+        // A share lower than the window's length is reached by demoting its oldest entries.
+        let mut moved = 0;
+        while self.window_len > target && moved < 4 {
+            let Some(c) = self.settle(WINDOW) else { break };
+            self.slots[c].window = false;
+            self.window_len -= 1;
+            self.offer(c);
+            moved += 1;
+        }
+        if self.window_len >= target {
+            let c = self.settle(WINDOW);
+            let v = self.main_victim();
+            match (c, v) {
+                (Some(c), Some(v)) => {
+                    let fc = self.sketch.frequency(self.slots[c].hash);
+                    if fc > self.victim_frequency(v) {
+                        self.slots[c].window = false;
+                        self.window_len -= 1;
+                        self.offer(c);
+                        self.replace(v, hash, true);
+                    } else {
+                        // The victim stays the one to beat.
+                        self.offer(v);
+                        self.replace(c, hash, true);
+                    }
+                }
+                (None, Some(v)) => {
+                    if self.sketch.frequency(hash) > self.victim_frequency(v) {
+                        self.replace(v, hash, false);
+                    } else {
+                        self.offer(v);
+                    }
+                }
+                (Some(c), None) => self.replace(c, hash, true),
+                (None, None) => {
+                    let v = self.rng.below(self.slots.len());
+                    self.replace(v, hash, true);
+                }
+            }
+        } else {
+            let v = match self.main_victim() {
+                Some(v) => v,
+                None => match self.settle(WINDOW) {
+                    Some(v) => v,
+                    None => self.rng.below(self.slots.len()),
+                },
+            };
+            self.replace(v, hash, true);
+        }
+    }
+}
+
+#[cfg(all(test, not(herd_loom)))]
+mod tests {
+    use super::*;
+
+    fn zipf_like(i: u64, keys: u64) -> u64 {
+        // A cheap skewed stream: key = keys^u for uniform u (log-uniform), scattered.
+        let u = (fmix64(i) >> 11) as f64 / (1u64 << 53) as f64;
+        fmix64((keys as f64).powf(u) as u64)
+    }
+
+    #[test]
+    fn a_cache_of_a_thousand_entries_or_fewer_replays_every_request() {
+        let m = MiniSims::new(800, 1);
+        assert!((0..1000u64).all(|h| m.sampled(fmix64(h))));
+        let m = MiniSims::new(100_000, 1);
+        let n = (0..100_000u64).filter(|&h| m.sampled(fmix64(h))).count();
+        assert!(
+            (800..1200).contains(&n),
+            "{n} of 100,000 sampled at rate 100"
+        );
+    }
+
+    #[test]
+    fn a_moving_hot_set_opens_the_window_and_a_loop_keeps_it_shut() {
+        // A skewed stream whose hot keys move every 2 x capacity requests: recency wins.
+        let m = MiniSims::new(500, 1);
+        let batch: Vec<u64> = (0..200_000u64)
+            .map(|i| zipf_like(i, 5_000) ^ (i / 1_000))
+            .collect();
+        for chunk in batch.chunks(33) {
+            m.feed(chunk);
+        }
+        assert!(m.share() >= 0.5, "share {} {:?}", m.share(), m.scores());
+        // A loop 10% longer than the copies: only a shut window keeps part of it.
+        let m = MiniSims::new(500, 1);
+        let looped: Vec<u64> = (0..200_000u64).map(|i| fmix64(i % 550)).collect();
+        for chunk in looped.chunks(33) {
+            m.feed(chunk);
+        }
+        assert!(m.share() < 0.05, "share {} {:?}", m.share(), m.scores());
+    }
+
+    #[test]
+    fn a_copy_never_holds_more_than_its_capacity() {
+        let mut mini = Mini::new(100, 0.25, 3);
+        for i in 0..50_000u64 {
+            mini.access(zipf_like(i, 2_000));
+            assert!(mini.slots.len() <= 100);
+            assert_eq!(mini.index.len(), mini.slots.len());
+            let window = mini.slots.iter().filter(|e| e.window).count();
+            assert_eq!(window, mini.window_len);
+            let protected = mini.slots.iter().filter(|e| e.protected).count();
+            assert_eq!(protected, mini.protected_len);
+        }
+    }
+}
