@@ -7,11 +7,12 @@
 //! tells the two apart (docs/benchmarks.md lists the detectors tried), so the cache *measures*
 //! them instead, as Waldspurger et al. propose ("Cache Modeling and Optimization using
 //! Miniature Simulations", ATC 2017; Caffeine's simulator has it as `MiniSimClimber`):
-//! [`MINIS`] small copies of the policy, each with a fixed window share `(i / 10)^2` (0, 1%,
-//! 4%, ..., 100%), replay the requests of one hash bucket in `capacity / 1000` (every request
-//! of a cache of 1,000 entries or fewer) at `min(capacity, 1000)` entries. Every 8 x 1000 of
-//! those sampled requests, the window takes the share of the copy with the fewest misses (each
-//! period's plus half the last score: picks with no memory flip between shares and lose).
+//! [`MINIS`] small copies of the policy, each with a fixed window share `(i / 5)^2` (0, 4%,
+//! 16%, 36%, 64%, 100%), replay the requests of one hash bucket in `max(4, capacity / 1000)`
+//! at `capacity / that` entries (1,000 for a cache of 4,000 entries or more, a quarter of a
+//! smaller one). Every 8 copy capacities of those sampled requests, the window takes the share
+//! of the copy with the fewest misses (each period's plus half the last score: picks with no
+//! memory flip between shares and lose).
 //!
 //! Modelled first in `benches/src/adaptive.rs` (`Config::minisim()`); [`Mini`] is that model
 //! with the options it uses, the same as the store's eviction (`table.rs`): 10 adjacent samples
@@ -22,8 +23,10 @@
 //! the requests it records (the misses it inserts and the hits its threads drain), under the
 //! shard's write lock, with a `try_lock` (a sample that finds another shard feeding is dropped:
 //! the estimate needs a sample of requests, not all of them). The share is published in an
-//! atomic word that every shard reads when it evicts. Memory: `11 x min(capacity, 1000)`
-//! simulated entries of 24 bytes plus an index and sketch each, about 0.6 MB at most.
+//! atomic word that every shard reads when it evicts. Memory: at most 6 x 1,000 simulated
+//! entries of 24 bytes, plus an index and a sketch each: about 0.35 MB at most. Work: 6
+//! simulated accesses per sampled request, so 1.5 per request of a cache under 4,000
+//! entries, 6 per 1,000 requests of a 1M-entry cache.
 
 use std::collections::HashMap;
 
@@ -33,10 +36,13 @@ use crate::rng::XorShift64;
 use crate::sync::Ordering;
 use crate::sync::plain::AtomicU64;
 
-/// Copies, at window shares `(i / (MINIS - 1))^2`.
-pub(crate) const MINIS: usize = 11;
+/// Copies, at window shares `(i / (MINIS - 1))^2`: 0, 4, 16, 36, 64 and 100%.
+pub(crate) const MINIS: usize = 6;
 /// Entries per copy (fewer if the cache is smaller).
 const MINI_SIZE: u64 = 1000;
+/// The sampling modulus is at least this: a copy holds at most a quarter of the cache, so
+/// the copies replay at most 6 / 4 accesses per request of a small cache.
+const MIN_RATE: u64 = 4;
 /// A pick every this many copy capacities of sampled requests.
 const PERIOD: u64 = 8;
 /// Each period's score: its misses plus this share of the last score.
@@ -83,8 +89,8 @@ impl MiniSims {
     /// Copies for a cache of `capacity` entries.
     pub(crate) fn new(capacity: u64, seed: u64) -> Self {
         let capacity = capacity.max(1);
-        let size = capacity.min(MINI_SIZE);
-        let rate = (capacity / size).max(1);
+        let rate = (capacity / MINI_SIZE).max(MIN_RATE);
+        let size = (capacity / rate).max(1);
         let minis = (0..MINIS)
             .map(|i| {
                 let share = (i as f64 / (MINIS - 1) as f64).powi(2);
@@ -107,7 +113,7 @@ impl MiniSims {
     /// Whether requests for `hash` are replayed by the copies.
     #[inline]
     pub(crate) fn sampled(&self, hash: u64) -> bool {
-        self.rate == 1 || fmix64(hash ^ SALT) % self.rate == 0
+        fmix64(hash ^ SALT) % self.rate == 0
     }
 
     /// The window share the copies chose last (0 until their first pick).
@@ -278,13 +284,24 @@ impl Mini {
         self.index.insert(hash, i as u32);
     }
 
+    /// Pools entry `i` in its region; a main candidate the pool takes carries its sketch count
+    /// (as the store's `Table::offer_main`).
     fn offer(&mut self, i: usize) {
         let e = self.slots[i];
         let region = if e.window { WINDOW } else { MAIN };
-        self.pools[region].offer(Candidate {
-            rank: e.rank(),
-            idx: i as u32,
-        });
+        let rank = e.rank();
+        if rank < self.pools[region].bar() {
+            let freq = if e.window {
+                0
+            } else {
+                self.sketch.frequency(e.hash)
+            };
+            self.pools[region].admit(Candidate {
+                rank,
+                idx: i as u32,
+                freq,
+            });
+        }
     }
 
     /// Reads `SAMPLES` adjacent entries into the pools, demoting the oldest protected one while
@@ -329,27 +346,32 @@ impl Mini {
         None
     }
 
-    /// Of the `LFU_PICK` oldest pooled main candidates, the least frequent.
+    /// Of the `LFU_PICK` oldest pooled main candidates, the least frequent, read in place as
+    /// the store's `Table::main_victim` reads them.
     fn main_victim(&mut self) -> Option<usize> {
-        let first = self.settle(MAIN)?;
-        let mut best = (self.sketch.frequency(self.slots[first].hash), first);
-        let mut others = [0usize; LFU_PICK];
-        let mut n = 0;
-        for _ in 1..LFU_PICK {
-            let Some(c) = self.settle(MAIN) else { break };
-            let f = self.sketch.frequency(self.slots[c].hash);
-            if f < best.0 {
-                others[n] = best.1;
-                best = (f, c);
-            } else {
-                others[n] = c;
+        'pick: loop {
+            let pool = &self.pools[MAIN];
+            let len = pool.len();
+            if len == 0 {
+                return None;
             }
-            n += 1;
+            let mut best: Option<(u8, usize)> = None;
+            for pos in (len.saturating_sub(LFU_PICK)..len).rev() {
+                let c = self.pools[MAIN].at(pos);
+                let i = c.idx as usize;
+                let e = self.slots[i];
+                if e.window || e.rank() > c.rank {
+                    self.pools[MAIN].remove(pos);
+                    self.offer(i);
+                    continue 'pick;
+                }
+                let f = c.freq;
+                if best.is_none_or(|(bf, _)| f < bf) {
+                    best = Some((f, pos));
+                }
+            }
+            return best.map(|(_, pos)| self.pools[MAIN].remove(pos).idx as usize);
         }
-        for &o in &others[..n] {
-            self.offer(o);
-        }
-        Some(best.1)
     }
 
     /// A main victim's count in a duel: halved per `IDLE x capacity` requests of idleness.
@@ -426,9 +448,13 @@ mod tests {
     }
 
     #[test]
-    fn a_cache_of_a_thousand_entries_or_fewer_replays_every_request() {
+    fn copies_sample_a_quarter_of_a_small_cache_and_a_thousand_entries_of_a_large_one() {
         let m = MiniSims::new(800, 1);
-        assert!((0..1000u64).all(|h| m.sampled(fmix64(h))));
+        let n = (0..100_000u64).filter(|&h| m.sampled(fmix64(h))).count();
+        assert!(
+            (23_000..27_000).contains(&n),
+            "{n} of 100,000 sampled at rate 4"
+        );
         let m = MiniSims::new(100_000, 1);
         let n = (0..100_000u64).filter(|&h| m.sampled(fmix64(h))).count();
         assert!(

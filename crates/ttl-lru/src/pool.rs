@@ -18,6 +18,12 @@ pub(crate) struct Candidate {
     pub(crate) rank: u64,
     /// The entry's place when sampled (the table's encoded place: array and index).
     pub(crate) idx: u32,
+    /// The adaptive policy's sketch count for the entry when it was pooled (0 for the other
+    /// policies; it fills padding). Main's victim is the least frequent of the oldest pooled
+    /// candidates: reading their counts here instead of the sketch saves a sketch lookup per
+    /// candidate per eviction (a pooled entry's count moves only when it is hit, which also
+    /// raises its rank and so has it re-pooled with a fresh count).
+    pub(crate) freq: u8,
 }
 
 /// Up to `capacity` candidates sorted by rank, worst first and the best victim last, so taking
@@ -101,9 +107,19 @@ impl EvictionPool {
         self.entries.clear();
     }
 
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// The candidate at `pos` (0 is the worst, `len() - 1` the best).
+    #[inline]
+    pub(crate) fn at(&self, pos: usize) -> Candidate {
+        self.entries[pos]
+    }
+
+    /// Removes the candidate at `pos`; the ones after it move down one place.
+    pub(crate) fn remove(&mut self, pos: usize) -> Candidate {
+        self.entries.remove(pos)
     }
 }
 
@@ -112,7 +128,7 @@ mod tests {
     use super::*;
 
     fn c(rank: u64, idx: u32) -> Candidate {
-        Candidate { rank, idx }
+        Candidate { rank, idx, freq: 0 }
     }
 
     #[test]

@@ -1500,13 +1500,18 @@ mod tests {
     /// Runs `keys` as get-then-insert-on-miss at one request per millisecond with a 200 ms
     /// resolution (the lab's model); returns the hits.
     fn simulate(s: &Shard<u64, u64>, keys: impl Iterator<Item = u64>) -> u64 {
+        simulate_from(s, keys, 1)
+    }
+
+    /// [`simulate`] with the clock starting at `start` milliseconds.
+    fn simulate_from(s: &Shard<u64, u64>, keys: impl Iterator<Item = u64>, start: u64) -> u64 {
         let c = ShardConfig {
             samples: 10,
             swr_ms: 0,
         };
         let mut hits = 0;
         for (now, k) in keys.enumerate() {
-            let now = now as u64 + 1;
+            let now = now as u64 + start;
             if s.get(h(k), &k, now).is_some() {
                 hits += 1;
             } else {
@@ -1560,6 +1565,86 @@ mod tests {
             "window target {}",
             window_target(&s)
         );
+    }
+
+    /// A window the miniature simulations opened (recency paid) shrinks to a lower share when
+    /// they lower it (a loop, where only the filter keeps anything): its oldest entries are
+    /// demoted into main, since a duel alone keeps the window's length.
+    #[test]
+    fn adaptive_window_shrinks_when_its_share_falls() {
+        let s = adaptive_shard(500);
+        let window_len = |s: &Shard<u64, u64>| {
+            s.table
+                .read()
+                .adaptive
+                .as_ref()
+                .map_or(0, |st| st.window_len)
+        };
+        let sliding = (0..200_000u64).map(|i| i / 4 + (i % 4) * 7);
+        simulate_from(&s, sliding, 1);
+        let opened = window_len(&s);
+        assert!(opened >= 100, "window opened to {opened} of 500");
+        let looped = (0..400_000u64).map(|i| 1_000_000 + i % 550);
+        simulate_from(&s, looped, 200_001);
+        let shut = window_len(&s);
+        assert!(
+            shut <= 25,
+            "window {shut} of 500 after the loop (was {opened})"
+        );
+    }
+
+    /// Main's victim is the least frequent of the oldest pooled candidates, not the oldest:
+    /// an old key the sketch counts as frequent outlives newer rare ones. (Picking the oldest,
+    /// the frequent key would be the victim every newcomer duels, and loses to, for good.)
+    #[test]
+    fn adaptive_victim_is_the_least_frequent_of_the_oldest() {
+        let s = adaptive_shard(100);
+        let c = cfg();
+        for k in 0..100 {
+            write_value(&s, k, NEVER, 1, k, &c, WriteMode::Plain);
+        }
+        let record = |k: u64, times: usize| {
+            let mut t = s.table.write();
+            let st = t.adaptive.as_deref_mut().expect("adaptive");
+            for _ in 0..times {
+                st.sketch.record(h(k), None);
+            }
+        };
+        // Key 0, the oldest entry, is frequent; each newcomer has been asked for twice.
+        record(0, 20);
+        let mut stored = 0;
+        for k in 1000..1020 {
+            record(k, 2);
+            if write_value(&s, k, NEVER, 1, 200 + k, &c, WriteMode::Plain) == WriteOutcome::Stored {
+                stored += 1;
+            }
+        }
+        assert!(s.contains(h(0), &0, 2000), "the frequent old key stays");
+        assert!(stored >= 15, "{stored} of 20 newcomers stored");
+    }
+
+    /// A victim that wins its duel stays pooled, the one the next newcomer must beat (as
+    /// moka's LRU head stays put): a loop's newcomers keep losing to it instead of each
+    /// evicting a key the loop needs sooner.
+    #[test]
+    fn adaptive_victim_that_wins_stays_the_one_to_beat() {
+        let s = adaptive_shard(100);
+        let c = cfg();
+        for k in 0..100 {
+            write_value(&s, k, NEVER, 1, k, &c, WriteMode::Plain);
+        }
+        // Every count is 0: the newcomer (0) does not beat the oldest entry (0) and is declined.
+        // (Sampling every entry, so the oldest is certainly the victim.)
+        let all = ShardConfig {
+            samples: 100,
+            swr_ms: 0,
+        };
+        let out = write_value(&s, 5000, NEVER, 1, 300, &all, WriteMode::Plain);
+        assert_eq!(out, WriteOutcome::Declined);
+        let t = s.table.read();
+        let oldest = t.find_value(h(0), &0).map(At::Value);
+        assert!(oldest.is_some());
+        assert_eq!(t.best_pooled(), oldest, "the winner is pooled first");
     }
 
     #[test]

@@ -692,6 +692,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
                 if pooled {
                     if rank < bar {
                         pool.admit(Candidate {
+                            freq: 0,
                             rank,
                             idx: at.encode(),
                         });
@@ -720,6 +721,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
                 self.pool.offer(Candidate {
                     rank,
                     idx: at.encode(),
+                    freq: 0,
                 });
             } else if best.is_none_or(|(r, _)| rank < r) {
                 best = Some((rank, at));
@@ -749,7 +751,11 @@ impl<K: Eq + Hash, V> Table<K, V> {
                     return Some(at);
                 }
                 // Touched (or refilled) since it was pooled: re-rank it and look again.
-                self.pool.offer(Candidate { rank, idx: c.idx });
+                self.pool.offer(Candidate {
+                    rank,
+                    idx: c.idx,
+                    freq: 0,
+                });
             }
         } else if let Some((_, at)) = best {
             return Some(at);
@@ -870,14 +876,14 @@ impl<K: Eq + Hash, V> Table<K, V> {
                 continue;
             }
             let rank = self.rank(at, now);
-            let c = Candidate {
-                rank,
-                idx: at.encode(),
-            };
             if self.in_window(at) {
-                st.window_pool.offer(c);
+                st.window_pool.offer(Candidate {
+                    rank,
+                    idx: at.encode(),
+                    freq: 0,
+                });
             } else {
-                self.pool.offer(c);
+                self.offer_main(st, at, rank);
             }
         }
         // A target below the window's length (the miniature simulations lowered the share)
@@ -908,7 +914,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
                     } else {
                         // The victim won: it stays pooled, the one the next duel must beat
                         // (as moka's LRU head stays put), so a loop's newcomers keep losing.
-                        self.repool(v, now);
+                        self.repool(st, v, now);
                         Pick::Evict {
                             at: c,
                             window: true,
@@ -918,7 +924,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
                 (None, Some(v)) => match newcomer {
                     // No window entry to duel: the newcomer duels main's victim itself.
                     Some(h) if st.sketch.frequency(h) <= self.victim_frequency(st, v) => {
-                        self.repool(v, now);
+                        self.repool(st, v, now);
                         Pick::Decline
                     }
                     _ => Pick::Evict {
@@ -957,31 +963,49 @@ impl<K: Eq + Hash, V> Table<K, V> {
         matches!(at, At::Value(i) if self.slots[i].flags() & WINDOW != 0)
     }
 
-    /// Main's victim: of the [`LFU_PICK`] oldest settled main candidates, the least frequent
-    /// (the oldest among equals); the others go back to the pool. Recency alone would evict a
-    /// key of the frequent core that merely was not hit lately.
+    /// Main's victim: of the [`LFU_PICK`] oldest pooled main candidates, the least frequent
+    /// (the oldest among equals). Recency alone would evict a key of the frequent core that
+    /// merely was not hit lately. The candidates are read in place (only the victim leaves the
+    /// pool); one that no longer ranks as recorded (hit, moved, gone) is settled first, as
+    /// [`settle_region`](Self::settle_region) would, and the pick starts over.
     fn main_victim(&mut self, st: &mut State, now: u64, exclude: Option<At>) -> Option<At> {
-        let first = self.settle_region(st, false, now, exclude)?;
-        let mut best = (st.sketch.frequency(self.hash_of(first)), first);
-        let mut others = [first; LFU_PICK];
-        let mut n = 0;
-        for _ in 1..LFU_PICK {
-            let Some(c) = self.settle_region(st, false, now, exclude) else {
-                break;
-            };
-            let f = st.sketch.frequency(self.hash_of(c));
-            if f < best.0 {
-                others[n] = best.1;
-                best = (f, c);
-            } else {
-                others[n] = c;
+        'pick: loop {
+            let len = self.pool.len();
+            if len == 0 {
+                return None;
             }
-            n += 1;
+            let mut best: Option<(u8, usize)> = None;
+            // From the oldest: a later candidate must be strictly less frequent to win.
+            for pos in (len.saturating_sub(LFU_PICK)..len).rev() {
+                let c = self.pool.at(pos);
+                let at = At::decode(c.idx);
+                let settled = self.holds(at)
+                    && Some(at) != exclude
+                    && !self.in_window(at)
+                    && self.rank(at, now) <= c.rank;
+                if !settled {
+                    self.pool.remove(pos);
+                    if self.holds(at) && Some(at) != exclude {
+                        let rank = self.rank(at, now);
+                        if self.in_window(at) {
+                            st.window_pool.offer(Candidate {
+                                rank,
+                                idx: c.idx,
+                                freq: 0,
+                            });
+                        } else {
+                            self.offer_main(st, at, rank);
+                        }
+                    }
+                    continue 'pick;
+                }
+                let f = c.freq;
+                if best.is_none_or(|(bf, _)| f < bf) {
+                    best = Some((f, pos));
+                }
+            }
+            return best.map(|(_, pos)| At::decode(self.pool.remove(pos).idx));
         }
-        for &o in &others[..n] {
-            self.repool(o, now);
-        }
-        Some(best.1)
     }
 
     /// A main victim's count in a duel, with the idle decay (`State::victim_frequency`).
@@ -993,13 +1017,24 @@ impl<K: Eq + Hash, V> Table<K, V> {
         st.victim_frequency(self.hash_of(at), stamp)
     }
 
+    /// Offers main entry `at` to main's pool at `rank`, with its sketch count if the pool
+    /// takes it (the count is read only then: most samples are turned away by the bar).
+    #[inline]
+    fn offer_main(&mut self, st: &State, at: At, rank: u64) {
+        if rank < self.pool.bar() {
+            let freq = st.sketch.frequency(self.hash_of(at));
+            self.pool.admit(Candidate {
+                rank,
+                idx: at.encode(),
+                freq,
+            });
+        }
+    }
+
     /// Puts `at` back in main's pool at its current rank.
-    fn repool(&mut self, at: At, now: u64) {
+    fn repool(&mut self, st: &State, at: At, now: u64) {
         let rank = self.rank(at, now);
-        self.pool.offer(Candidate {
-            rank,
-            idx: at.encode(),
-        });
+        self.offer_main(st, at, rank);
     }
 
     /// Moves the window entry at `at` to main, pooling it there.
@@ -1008,10 +1043,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
             self.slots[i].set_flag(WINDOW, false);
             st.window_len -= 1;
             let rank = self.rank(at, now);
-            self.pool.offer(Candidate {
-                rank,
-                idx: at.encode(),
-            });
+            self.offer_main(st, at, rank);
         }
     }
 
@@ -1036,15 +1068,23 @@ impl<K: Eq + Hash, V> Table<K, V> {
                 continue;
             }
             let rank = self.rank(at, now);
-            let fresh = Candidate { rank, idx: c.idx };
             if self.in_window(at) != window {
                 if window {
-                    self.pool.offer(fresh);
+                    self.offer_main(st, at, rank);
                 } else {
-                    st.window_pool.offer(fresh);
+                    st.window_pool.offer(Candidate {
+                        rank,
+                        idx: c.idx,
+                        freq: 0,
+                    });
                 }
                 continue;
             }
+            let fresh = Candidate {
+                rank,
+                idx: c.idx,
+                freq: c.freq,
+            };
             let pool = if window {
                 &mut st.window_pool
             } else {
@@ -1053,7 +1093,12 @@ impl<K: Eq + Hash, V> Table<K, V> {
             if rank <= c.rank || pool.best_rank().is_none_or(|b| rank <= b) {
                 return Some(at);
             }
-            pool.offer(fresh);
+            if window {
+                pool.offer(fresh);
+            } else {
+                // Hit since pooled: its count may have moved too.
+                self.offer_main(st, at, rank);
+            }
         }
     }
 
@@ -1116,6 +1161,13 @@ impl<K: Eq + Hash, V> Table<K, V> {
             std::mem::take(&mut self.slots),
             std::mem::take(&mut self.errors),
         )
+    }
+
+    /// The place of main's best pooled candidate (tests).
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) fn best_pooled(&self) -> Option<At> {
+        let len = self.pool.len();
+        (len > 0).then(|| At::decode(self.pool.at(len - 1).idx))
     }
 
     /// Capacity of the slot array (tests: it never outgrows the shard's capacity).

@@ -5,7 +5,8 @@
 //! loom types, so these models explore every interleaving of: lookups against evicting inserts and
 //! swap-removes (a reader never sees another key's slot), purges against re-inserts, a fill's
 //! fenced publish against a concurrent remove, the one-refresh gate, and inserts into different
-//! shards of a full cache drawing on its one capacity budget.
+//! shards of a full cache drawing on its one capacity budget, and the adaptive policy's flagging
+//! hits and full-buffer drain against an evicting insert.
 #![cfg(herd_loom)]
 
 use std::time::Duration;
@@ -276,6 +277,39 @@ fn adaptive_flagging_readers_vs_evicting_writer() {
             let seen = r.join().unwrap();
             assert!(seen.is_none() || seen == Some(10), "reader saw {seen:?}");
         }
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.get(&3).is_some(), stored);
+    });
+}
+
+/// The adaptive policy's full-buffer drain (issue 17): this thread (the model's one stripe)
+/// has buffered 31 hits; its 32nd fills the buffer and drains it under a `try_write` of the
+/// shard lock while another thread's insert at capacity takes the write lock. Whichever gets
+/// it, the other waits or skips (a failed `try_write` leaves the buffer for the next insert):
+/// the reader sees the old value or nothing, the bound holds, nothing hangs.
+#[test]
+fn adaptive_full_buffer_drain_vs_evicting_writer() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let c: Cache<u64, u64> = Cache::builder(2)
+            .shards(1)
+            .seed(7)
+            .samples(2)
+            .admission(ttl_lru::Admission::Adaptive)
+            .clock(clock.clone())
+            .build();
+        c.insert(1, 10, FOREVER).unwrap();
+        c.insert(2, 20, FOREVER).unwrap();
+        for _ in 0..31 {
+            assert_eq!(c.get(&1), Some(10));
+        }
+        let writer = {
+            let c = c.clone();
+            thread::spawn(move || c.insert(3, 30, FOREVER).unwrap())
+        };
+        let seen = c.get(&1);
+        let stored = writer.join().unwrap();
+        assert!(seen.is_none() || seen == Some(10), "reader saw {seen:?}");
         assert_eq!(c.len(), 2);
         assert_eq!(c.get(&3).is_some(), stored);
     });
