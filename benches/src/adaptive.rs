@@ -43,13 +43,11 @@ pub const RESOLUTION: u64 = 200;
 const ROWS: usize = 4;
 const MAX_COUNT: u8 = 15;
 const PER_WORD: usize = 16;
+/// Counters per 64-byte block (eight words): a key's four counters share one block.
+const BLOCK_COUNTERS: usize = 8 * PER_WORD;
 const HALVE_MASK: u64 = 0x7777_7777_7777_7777;
-const SEEDS: [u64; ROWS] = [
-    0x9E37_79B9_7F4A_7C15,
-    0xC2B2_AE3D_27D4_EB4F,
-    0x1656_67B1_9E37_79F9,
-    0xD6E8_FEB8_6659_FD93,
-];
+/// Seeds the finaliser that places a key's counters.
+const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// MurmurHash3's 64-bit finaliser.
 #[inline]
@@ -96,7 +94,7 @@ impl Sketch {
         Self {
             counters: vec![0; (ROWS * width).div_ceil(PER_WORD)],
             door: vec![0; door_bits / 64],
-            mask: width - 1,
+            mask: (ROWS * width / BLOCK_COUNTERS).max(1) - 1,
             door_mask: door_bits - 1,
             records: 0,
             sample_size: period * capacity.max(16) as u64,
@@ -106,10 +104,19 @@ impl Sketch {
         }
     }
 
+    /// The key's four counters, one per row, all in one 64-byte block of eight words (as
+    /// Caffeine lays its sketch out): one finaliser picks the block with its low bits and, with
+    /// 8 bits of its high half per row, a word of the row's pair (row r uses words 2r and
+    /// 2r + 1, so the four never share a word) and a counter in it. A lookup or a record then
+    /// touches one cache line instead of four, and hashes once instead of four times.
     #[inline]
-    fn slot(&self, hash: u64, row: usize) -> usize {
-        let h = fmix64(hash.wrapping_add(SEEDS[row]));
-        row * (self.mask + 1) + (h as usize & self.mask)
+    fn slots(&self, hash: u64) -> [usize; ROWS] {
+        let h = fmix64(hash.wrapping_add(SEED));
+        let block = (h as usize & self.mask) * BLOCK_COUNTERS;
+        std::array::from_fn(|r| {
+            let bits = (h >> (32 + 8 * r)) as usize & 0xFF;
+            block + (2 * r + (bits & 1)) * PER_WORD + (bits >> 1 & 15)
+        })
     }
 
     #[inline]
@@ -135,7 +142,7 @@ impl Sketch {
         };
         let mut added = !seen;
         if seen {
-            let slots: [usize; ROWS] = std::array::from_fn(|r| self.slot(hash, r));
+            let slots: [usize; ROWS] = self.slots(hash);
             let min = slots.iter().map(|&s| self.count(s)).min().unwrap_or(0);
             if min < MAX_COUNT || !self.conservative {
                 for &s in &slots {
@@ -173,8 +180,10 @@ impl Sketch {
 
     /// Estimated recent request count (0..=16).
     pub fn frequency(&self, hash: u64) -> u8 {
-        let min = (0..ROWS)
-            .map(|r| self.count(self.slot(hash, r)))
+        let min = self
+            .slots(hash)
+            .iter()
+            .map(|&s| self.count(s))
             .min()
             .unwrap_or(0);
         if !self.doorkeeper {

@@ -1,12 +1,13 @@
 //! Bytes per entry at 1M `u64 -> u64` entries, measured with a counting global allocator: the
 //! heap growth from an empty process-wide baseline to a store holding the entries (after the
-//! store's deferred maintenance has run), divided by the entries it holds.
+//! store's deferred maintenance has run), divided by the entries it holds. ttl-lru's opt-in
+//! policies (TinyLFU, adaptive) follow the peers as rows of their own.
 //!
 //! `cargo run --release -p benches --bin memory -- [--entries N]`
 
 use std::alloc::System;
 
-use benches::stores::{Store, all_stores};
+use benches::stores::{Store, TtlLruStore, all_stores};
 use benches::zipf::scatter;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -35,12 +36,24 @@ fn main() {
     let names: Vec<&'static str> = all_stores(1).iter().map(|s| s.name()).collect();
     println!("| store | entries held | heap bytes | bytes/entry |");
     println!("|---|---:|---:|---:|");
-    for name in names {
+    // ttl-lru's opt-in policies after the list (they share the store's name there).
+    let policies = [
+        ("ttl-lru + TinyLFU", ttl_lru::Admission::TinyLfu),
+        ("ttl-lru + adaptive", ttl_lru::Admission::Adaptive),
+    ];
+    let rows = names
+        .iter()
+        .map(|&n| (n, None))
+        .chain(policies.iter().map(|&(n, a)| (n, Some(a))));
+    for (name, admission) in rows {
         let region = Region::new(GLOBAL);
-        let store = all_stores(entries)
-            .into_iter()
-            .find(|s| s.name() == name)
-            .expect("same list");
+        let store: Box<dyn Store> = match admission {
+            Some(a) => Box::new(TtlLruStore::with_admission(entries, a)),
+            None => all_stores(entries)
+                .into_iter()
+                .find(|s| s.name() == name)
+                .expect("same list"),
+        };
         fill(store.as_ref(), &keys);
         let change = region.change();
         // stats_alloc already folds realloc growth/shrink into these two counters.
