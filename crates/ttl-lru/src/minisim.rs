@@ -17,7 +17,7 @@
 //! Modelled first in `benches/src/adaptive.rs` (`Config::minisim()`); [`Mini`] is that model
 //! with the options it uses, the same as the store's eviction (`table.rs`): 10 adjacent samples
 //! plus a pool of 16 per region, a sampled SLRU main space, the least frequent of the 12 oldest
-//! main candidates as victim, a sticky victim, idle decay, the sketch of [`Sketch`]'s shape.
+//! main candidates as victim, a sticky victim, idle decay, the adaptive policy's sketch.
 //!
 //! One [`MiniSims`] per cache, shared by its shards: a shard feeds it the sampled hashes of
 //! the requests it records (the misses it inserts and the hits its threads drain), under the
