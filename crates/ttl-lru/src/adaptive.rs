@@ -119,13 +119,15 @@ impl HitBuffer {
     /// appending the hashes the miniature simulations sample to `sampled`.
     fn drain_into(&self, state: &mut State, sampled: &mut Sampled) {
         let len = self.len.load(Ordering::Relaxed) as usize;
+        let mut counted = 0;
         for h in &self.hashes[..len.min(HIT_BUFFER)] {
             let h = h.load(Ordering::Relaxed);
-            state.sketch.record(h, None);
+            counted += u64::from(state.sketch.record_exclusive(h));
             if state.minis.sampled(h) {
                 sampled.push(h);
             }
         }
+        state.sketch.add_exclusive(counted);
         let (m, w) = (
             self.hits[0].load(Ordering::Relaxed),
             self.hits[1].load(Ordering::Relaxed),
@@ -245,7 +247,8 @@ impl State {
         if let Some(b) = buffer {
             b.drain_into(self, &mut sampled);
         }
-        self.sketch.record(hash, None);
+        let counted = self.sketch.record_exclusive(hash);
+        self.sketch.add_exclusive(u64::from(counted));
         if self.minis.sampled(hash) {
             sampled.push(hash);
         }

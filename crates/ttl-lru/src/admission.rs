@@ -183,12 +183,54 @@ impl FrequencySketch {
     /// Records one request for `hash`; `me` is the recording thread's counter stripe, if it has
     /// one (its lookups are then added to the shared record count in batches).
     pub(crate) fn record(&self, hash: u64, me: Option<&Stripe>) {
+        if !self.raise::<false>(hash) {
+            return;
+        }
+        match me {
+            Some(stripe) => {
+                if stripe.count_sketch_record() % RECORD_BATCH == 0 {
+                    self.add_records(RECORD_BATCH);
+                }
+            }
+            None => self.add_records(1),
+        }
+    }
+
+    /// [`record`](Self::record) for a caller that alone writes this sketch (the adaptive policy
+    /// records under its shard's write lock, a simulation under its mutex): no locked
+    /// instruction (the doorkeeper bit is set with a plain store) and the record is not counted
+    /// here; returns whether it counts toward aging, for one
+    /// [`add_exclusive`](Self::add_exclusive) per batch.
+    pub(crate) fn record_exclusive(&self, hash: u64) -> bool {
+        self.raise::<true>(hash)
+    }
+
+    /// Counts `n` records of a caller that alone writes this sketch (a load and a store); the
+    /// count that crosses the sample size ages the sketch.
+    pub(crate) fn add_exclusive(&self, n: u64) {
+        let before = self.records.load(Ordering::Relaxed);
+        self.records.store(before + n, Ordering::Relaxed);
+        if before < self.sample_size && before + n >= self.sample_size {
+            self.age();
+        }
+    }
+
+    /// Sets the key's doorkeeper bit or raises its minimal counters; true if the record
+    /// counts toward aging (always, unless `added_only` and nothing changed).
+    #[inline]
+    fn raise<const EXCLUSIVE: bool>(&self, hash: u64) -> bool {
         let (word, bit) = self.door_bit(hash);
         // Load first: on a hot key the bit is already set and the read-modify-write (which
         // takes the cache line exclusive) is skipped.
         let door = &self.doorkeeper[word];
-        let seen = door.load(Ordering::Relaxed) & bit != 0
-            || door.fetch_or(bit, Ordering::Relaxed) & bit != 0;
+        let old = door.load(Ordering::Relaxed);
+        let seen = old & bit != 0
+            || if EXCLUSIVE {
+                door.store(old | bit, Ordering::Relaxed);
+                false
+            } else {
+                door.fetch_or(bit, Ordering::Relaxed) & bit != 0
+            };
         let mut added = !seen;
         if seen {
             // Conservative update: raise only the counters that hold the minimum.
@@ -211,17 +253,7 @@ impl FrequencySketch {
                 }
             }
         }
-        if self.added_only && !added {
-            return;
-        }
-        match me {
-            Some(stripe) => {
-                if stripe.count_sketch_record() % RECORD_BATCH == 0 {
-                    self.add_records(RECORD_BATCH);
-                }
-            }
-            None => self.add_records(1),
-        }
+        added || !self.added_only
     }
 
     /// Adds `n` records to the count; the addition that crosses the sample size ages the sketch.

@@ -237,7 +237,8 @@ impl Mini {
     /// One request; true on a hit.
     fn access(&mut self, hash: u64) -> bool {
         self.clock += 1;
-        self.sketch.record(hash, None);
+        let counted = self.sketch.record_exclusive(hash);
+        self.sketch.add_exclusive(u64::from(counted));
         if let Some(&i) = self.index.get(&hash) {
             let e = &mut self.slots[i as usize];
             if !e.window && !e.protected {
