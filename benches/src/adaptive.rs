@@ -566,6 +566,9 @@ pub struct Config {
     pub mini_period: f64,
     /// See `minis`.
     pub mini_max: f64,
+    /// See `minis`: when not 0, the copies are run twice, once with `lfu_pick` and once with
+    /// this pick, and the main space takes the winning copy's pick as well as its share.
+    pub mini_alt_pick: usize,
     /// See `minis`: the sampling modulus is at least this (1: a cache under `mini_size`
     /// entries simulates at full size; 16: every copy is at most a sixteenth of the cache).
     pub mini_rate_min: u64,
@@ -617,6 +620,7 @@ impl Config {
             mini_max: 1.0,
             mini_decay: 0.0,
             mini_rate_min: 1,
+            mini_alt_pick: 0,
             accel: 0.0,
             fast_mult: 0.0,
             fast_below: 0.05,
@@ -687,8 +691,11 @@ impl Config {
     /// `(i / 5)^2` of 1,000 entries (a quarter of a cache under 4,000), each fed the keys of
     /// one hash bucket in `max(4, capacity / 1000)`; every 8 x capacity requests the window
     /// takes the share of the copy with the fewest misses (each period's misses plus half the
-    /// last score). (First found with 11 copies at full size for small caches: `mini=11/
-    /// 1000/8/1/0.5,mrate=1`; 6 at a quarter is 7 times less work there and as good.)
+    /// last score). The copies run twice, picking main's victim as the least frequent of the
+    /// 12 oldest and as the oldest (`malt=1`), and the cache takes the winner's pick too: P6
+    /// wants the oldest, the 1% zipf, scan and shift cells the least frequent. (First found
+    /// with 11 copies at full size for small caches and one pick: `mini=11/1000/8/1/0.5,
+    /// mrate=1,malt=0`.)
     /// `policylab --cand minisim`.
     pub fn minisim() -> Self {
         Self {
@@ -702,6 +709,7 @@ impl Config {
             mini_max: 1.0,
             mini_decay: 0.5,
             mini_rate_min: 4,
+            mini_alt_pick: 1,
             mode: Mode::Window {
                 init: 0.0,
                 adapt: Adapt::Fixed,
@@ -943,27 +951,38 @@ impl Adaptive {
             .max(self.cfg.mini_rate_min)
             .max(1);
         let size = (self.capacity as u64 / self.mini_rate).max(1) as usize;
-        for i in 0..n {
-            let share = if n == 1 {
-                self.cfg.mini_max
-            } else {
-                // Quadratic spacing: fine steps near a shut window, where most traces sit.
-                self.cfg.mini_max * (i as f64 / (n - 1) as f64).powi(2)
-            };
-            let mut cfg = self.cfg;
-            cfg.minis = 0;
-            cfg.dead_band = 0.0;
-            cfg.mode = Mode::Window {
-                init: share,
-                adapt: Adapt::Fixed,
-                min: share,
-                max: share,
-            };
-            self.minis
-                .push(Adaptive::new(size, cfg, seed ^ ((i as u64 + 1) * 0x9E37)));
+        let picks = if self.cfg.mini_alt_pick > 0 {
+            vec![self.cfg.lfu_pick, self.cfg.mini_alt_pick]
+        } else {
+            vec![self.cfg.lfu_pick]
+        };
+        for (j, &pick) in picks.iter().enumerate() {
+            for i in 0..n {
+                let share = if n == 1 {
+                    self.cfg.mini_max
+                } else {
+                    // Quadratic spacing: fine steps near a shut window, where most traces sit.
+                    self.cfg.mini_max * (i as f64 / (n - 1) as f64).powi(2)
+                };
+                let mut cfg = self.cfg;
+                cfg.minis = 0;
+                cfg.dead_band = 0.0;
+                cfg.lfu_pick = pick;
+                cfg.mode = Mode::Window {
+                    init: share,
+                    adapt: Adapt::Fixed,
+                    min: share,
+                    max: share,
+                };
+                self.minis.push(Adaptive::new(
+                    size,
+                    cfg,
+                    seed ^ (((j * n + i) as u64 + 1) * 0x9E37),
+                ));
+            }
         }
-        self.mini_scores = vec![0.0; n];
-        self.mini_misses = vec![0; n];
+        self.mini_scores = vec![0.0; self.minis.len()];
+        self.mini_misses = vec![0; self.minis.len()];
         self
     }
 
@@ -994,6 +1013,8 @@ impl Adaptive {
         let share = self.minis[best].param;
         let by = share - self.param;
         self.nudge(by);
+        // With two victim picks simulated, the main space takes the winner's too.
+        self.cfg.lfu_pick = self.minis[best].cfg.lfu_pick;
     }
 
     /// The adaptive parameter now (window share or bias).

@@ -45,7 +45,8 @@
 //! fed one hash bucket in `capacity / SIZE`; every PERIOD x capacity requests the window takes
 //! the share of the copy with the fewest misses, each period's plus DECAY x the last score;
 //! the window then shrinks by demoting its oldest entries), `mrate=N` (the minis' sampling
-//! modulus is at least N).
+//! modulus is at least N), `malt=N` (the copies run twice, with the candidate's `lfu` and with
+//! N, and the main space takes the winner's pick too).
 //! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
 //! candidate this lab recommends (the same as
 //! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`); `next` is
@@ -199,6 +200,7 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             }
             "halvings" => cfg.reset_halvings = n()? as u32,
             "mrate" => cfg.mini_rate_min = n()?,
+            "malt" => cfg.mini_alt_pick = n()? as usize,
             "mini" => {
                 // COUNT/SIZE/PERIOD[/MAX[/DECAY]]
                 let parts: Vec<&str> = v.split('/').collect();

@@ -12,7 +12,11 @@
 //! at `capacity / that` entries (1,000 for a cache of 4,000 entries or more, a quarter of a
 //! smaller one). Every 8 copy capacities of those sampled requests, the window takes the share
 //! of the copy with the fewest misses (each period's plus half the last score: picks with no
-//! memory flip between shares and lose).
+//! memory flip between shares and lose). The copies run twice over, with main's victim the
+//! least frequent of the 12 oldest candidates and with the oldest ([`PICKS`]), and the cache
+//! takes the winner's pick as well: P6 wants the oldest (most of all split into shards: with
+//! the 12-candidate pick alone, 8 shards lost 1.1 points there), the 1% zipf, scan and shift
+//! cells the least frequent.
 //!
 //! Modelled first in `benches/src/adaptive.rs` (`Config::minisim()`); [`Mini`] is that model
 //! with the options it uses, the same as the store's eviction (`table.rs`): 10 adjacent samples
@@ -23,10 +27,10 @@
 //! the requests it records (the misses it inserts and the hits its threads drain), under the
 //! shard's write lock, with a `try_lock` (a sample that finds another shard feeding is dropped:
 //! the estimate needs a sample of requests, not all of them). The share is published in an
-//! atomic word that every shard reads when it evicts. Memory: at most 6 x 1,000 simulated
-//! entries of 24 bytes, plus an index and a sketch each: about 0.35 MB at most. Work: 6
-//! simulated accesses per sampled request, so 1.5 per request of a cache under 4,000
-//! entries, 6 per 1,000 requests of a 1M-entry cache.
+//! atomic word that every shard reads when it evicts (the pick in another). Memory: at most
+//! 12 x 1,000 simulated entries of 24 bytes, plus an index and a sketch each: about 0.7 MB at
+//! most. Work: 12 simulated accesses per sampled request, so 3 per request of a cache under
+//! 4,000 entries, 12 per 1,000 requests of a 1M-entry cache.
 
 use std::collections::HashMap;
 
@@ -38,6 +42,8 @@ use crate::sync::plain::AtomicU64;
 
 /// Copies, at window shares `(i / (MINIS - 1))^2`: 0, 4, 16, 36, 64 and 100%.
 pub(crate) const MINIS: usize = 6;
+/// Copies in all: each share with each pick.
+const COPIES: usize = MINIS * PICKS.len();
 /// Entries per copy (fewer if the cache is smaller).
 const MINI_SIZE: u64 = 1000;
 /// The sampling modulus is at least this: a copy holds at most a quarter of the cache, so
@@ -53,7 +59,12 @@ const POOL: usize = 16;
 /// A hit rewrites a copy's stamp at most once per this many of its requests (the lab's model
 /// of the store's recency resolution).
 const RESOLUTION: u64 = 200;
-/// A copy's main victim: the least frequent of this many of the oldest main candidates.
+/// Main's victim is the least frequent of this many of the oldest main candidates (the
+/// 1% zipf, scan and shift cells need it), or of [`PICKS`]`[1]` = 1, the oldest (P6 wants it,
+/// most of all when the cache is split into shards): the copies run each, and the cache takes
+/// the winner's.
+pub(crate) const PICKS: [usize; 2] = [12, 1];
+/// The most candidates a pick reads.
 pub(crate) const LFU_PICK: usize = 12;
 /// A duelling victim's count halves per this many capacities of requests it has been idle.
 pub(crate) const IDLE: u64 = 8;
@@ -73,14 +84,16 @@ pub(crate) struct MiniSims {
     rate: u64,
     /// The chosen window share, as `f64` bits.
     share: AtomicU64,
+    /// The chosen victim pick (one of [`PICKS`]).
+    pick: AtomicU64,
     sims: parking_lot::Mutex<Sims>,
 }
 
 #[derive(Debug)]
 struct Sims {
     minis: Vec<Mini>,
-    scores: [f64; MINIS],
-    misses: [u64; MINIS],
+    scores: [f64; COPIES],
+    misses: [u64; COPIES],
     seen: u64,
     period: u64,
 }
@@ -91,19 +104,21 @@ impl MiniSims {
         let capacity = capacity.max(1);
         let rate = (capacity / MINI_SIZE).max(MIN_RATE);
         let size = (capacity / rate).max(1);
-        let minis = (0..MINIS)
-            .map(|i| {
+        let minis = (0..COPIES)
+            .map(|c| {
+                let (pick, i) = (PICKS[c / MINIS], c % MINIS);
                 let share = (i as f64 / (MINIS - 1) as f64).powi(2);
-                Mini::new(size as usize, share, seed ^ ((i as u64 + 1) * 0x9E37))
+                Mini::new(size as usize, share, pick, seed ^ ((c as u64 + 1) * 0x9E37))
             })
             .collect();
         Self {
             rate,
             share: AtomicU64::new(0f64.to_bits()),
+            pick: AtomicU64::new(PICKS[0] as u64),
             sims: parking_lot::Mutex::new(Sims {
                 minis,
-                scores: [0.0; MINIS],
-                misses: [0; MINIS],
+                scores: [0.0; COPIES],
+                misses: [0; COPIES],
                 seen: 0,
                 period: PERIOD * size,
             }),
@@ -120,6 +135,13 @@ impl MiniSims {
     #[inline]
     pub(crate) fn share(&self) -> f64 {
         f64::from_bits(self.share.load(Ordering::Relaxed))
+    }
+
+    /// How many of the oldest main candidates the victim is the least frequent of, as the
+    /// copies chose last ([`PICKS`]`[0]` until their first choice).
+    #[inline]
+    pub(crate) fn pick(&self) -> usize {
+        self.pick.load(Ordering::Relaxed) as usize
     }
 
     /// Replays `hashes` (sampled requests, in order) in every copy, unless another shard is
@@ -142,7 +164,7 @@ impl MiniSims {
             if sims.seen >= sims.period {
                 sims.seen = 0;
                 let mut best = 0;
-                for i in 0..MINIS {
+                for i in 0..COPIES {
                     sims.scores[i] = DECAY * sims.scores[i] + sims.misses[i] as f64;
                     sims.misses[i] = 0;
                     if sims.scores[i] < sims.scores[best] {
@@ -151,6 +173,8 @@ impl MiniSims {
                 }
                 self.share
                     .store(sims.minis[best].share.to_bits(), Ordering::Relaxed);
+                self.pick
+                    .store(sims.minis[best].pick as u64, Ordering::Relaxed);
             }
         }
     }
@@ -201,6 +225,8 @@ const WINDOW: usize = 1;
 struct Mini {
     capacity: usize,
     share: f64,
+    /// Main's victim: the least frequent of this many oldest candidates.
+    pick: usize,
     slots: Vec<Entry>,
     index: HashMap<u64, u32, ahash::RandomState>,
     pools: [EvictionPool; 2],
@@ -212,10 +238,11 @@ struct Mini {
 }
 
 impl Mini {
-    fn new(capacity: usize, share: f64, seed: u64) -> Self {
+    fn new(capacity: usize, share: f64, pick: usize, seed: u64) -> Self {
         Self {
             capacity,
             share,
+            pick,
             slots: Vec::with_capacity(capacity),
             index: HashMap::with_capacity_and_hasher(
                 capacity,
@@ -347,7 +374,7 @@ impl Mini {
         None
     }
 
-    /// Of the `LFU_PICK` oldest pooled main candidates, the least frequent, read in place as
+    /// Of the `pick` oldest pooled main candidates, the least frequent, read in place as
     /// the store's `Table::main_victim` reads them.
     fn main_victim(&mut self) -> Option<usize> {
         'pick: loop {
@@ -357,7 +384,7 @@ impl Mini {
                 return None;
             }
             let mut best: Option<(u8, usize)> = None;
-            for pos in (len.saturating_sub(LFU_PICK)..len).rev() {
+            for pos in (len.saturating_sub(self.pick)..len).rev() {
                 let c = self.pools[MAIN].at(pos);
                 let i = c.idx as usize;
                 let e = self.slots[i];
@@ -486,7 +513,7 @@ mod tests {
 
     #[test]
     fn a_copy_never_holds_more_than_its_capacity() {
-        let mut mini = Mini::new(100, 0.25, 3);
+        let mut mini = Mini::new(100, 0.25, LFU_PICK, 3);
         for i in 0..50_000u64 {
             mini.access(zipf_like(i, 2_000));
             assert!(mini.slots.len() <= 100);

@@ -963,7 +963,8 @@ impl<K: Eq + Hash, V> Table<K, V> {
         matches!(at, At::Value(i) if self.slots[i].flags() & WINDOW != 0)
     }
 
-    /// Main's victim: of the [`LFU_PICK`] oldest pooled main candidates, the least frequent
+    /// Main's victim: of the oldest pooled main candidates (as many as the miniature
+    /// simulations chose, [`LFU_PICK`] at most), the least frequent
     /// (the oldest among equals). Recency alone would evict a key of the frequent core that
     /// merely was not hit lately. The candidates are read in place (only the victim leaves the
     /// pool); one that no longer ranks as recorded (hit, moved, gone) is settled first, as
@@ -976,7 +977,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
             }
             let mut best: Option<(u8, usize)> = None;
             // From the oldest: a later candidate must be strictly less frequent to win.
-            for pos in (len.saturating_sub(LFU_PICK)..len).rev() {
+            for pos in (len.saturating_sub(st.minis.pick().min(LFU_PICK))..len).rev() {
                 let c = self.pool.at(pos);
                 let at = At::decode(c.idx);
                 let settled = self.holds(at)
