@@ -13,7 +13,8 @@
 //! turn a recency stamp into the requests since it (for the idle decay).
 //!
 //! An eviction at the target duels the oldest window candidate against main's victim: the
-//! least frequent of the 12 oldest main candidates, its count halved per `8 x capacity`
+//! least frequent of the 12 oldest main candidates (or the oldest, when the simulations find
+//! that pick misses less), its count halved per `8 x capacity`
 //! requests it has been idle (a hot set that moved on keeps high counts until the sketch ages;
 //! its idle time tells at once). A victim that wins stays pooled, so the next duel is against
 //! it again (a loop's newcomers keep losing, as moka's LRU head stays put). A window above its
@@ -48,8 +49,8 @@
 //!
 //! Memory beyond the default's: per entry, the sketch (4 rows of 4-bit counters over the next
 //! power of two of 8 x capacity, 16 to 32 bytes, plus a doorkeeper of 4 to 8 bytes); per
-//! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 11 x min(capacity,
-//! 1000) simulated entries, about 0.6 MB at most) and a 384-byte hit buffer per (tally stripe,
+//! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 12 copies of at most
+//! 1,000 simulated entries, about 0.7 MB at most) and a 384-byte hit buffer per (tally stripe,
 //! shard): (2P + 1) x 4P x 384 bytes with the default shard count on P cores (15 KB at 2
 //! cores, 0.8 MB at 16, 12.7 MB at 64: a large fixed cost for a small cache on a many-core
 //! machine, not yet sized down).
