@@ -179,14 +179,14 @@ impl MiniSims {
         }
     }
 
-    /// The copies' window shares and smoothed scores (tests).
+    /// The copies' window shares, victim picks and smoothed scores (tests).
     #[cfg(all(test, not(herd_loom)))]
-    pub(crate) fn scores(&self) -> Vec<(f64, f64)> {
+    pub(crate) fn scores(&self) -> Vec<(f64, usize, f64)> {
         let sims = self.sims.lock();
         sims.minis
             .iter()
             .zip(sims.scores)
-            .map(|(m, s)| (m.share, s))
+            .map(|(m, s)| (m.share, m.pick, s))
             .collect()
     }
 }
@@ -509,6 +509,28 @@ mod tests {
             m.feed(chunk);
         }
         assert!(m.share() < 0.05, "share {} {:?}", m.share(), m.scores());
+    }
+
+    #[test]
+    fn every_share_is_simulated_with_both_picks_and_the_winner_is_published() {
+        let m = MiniSims::new(2_000, 1);
+        let stream: Vec<u64> = (0..100_000u64).map(|i| zipf_like(i, 20_000)).collect();
+        for chunk in stream.chunks(33) {
+            m.feed(chunk);
+        }
+        let scores = m.scores();
+        assert_eq!(scores.len(), MINIS * PICKS.len());
+        for pick in PICKS {
+            assert_eq!(scores.iter().filter(|c| c.1 == pick).count(), MINIS);
+        }
+        let best = scores
+            .iter()
+            .fold(None, |b: Option<&(f64, usize, f64)>, c| match b {
+                Some(b) if b.2 <= c.2 => Some(b),
+                _ => Some(c),
+            })
+            .expect("copies");
+        assert_eq!((m.share(), m.pick()), (best.0, best.1), "{scores:?}");
     }
 
     #[test]
