@@ -87,7 +87,7 @@ pub enum Admission {
 
 /// MurmurHash3's 64-bit finaliser: every input bit affects every output bit.
 #[inline]
-fn fmix64(mut k: u64) -> u64 {
+pub(crate) fn fmix64(mut k: u64) -> u64 {
     k ^= k >> 33;
     k = k.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
     k ^= k >> 33;

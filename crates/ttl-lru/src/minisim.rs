@@ -34,7 +34,7 @@
 
 use std::collections::HashMap;
 
-use crate::admission::FrequencySketch;
+use crate::admission::{FrequencySketch, fmix64};
 use crate::pool::{Candidate, EvictionPool};
 use crate::rng::XorShift64;
 use crate::sync::Ordering;
@@ -189,17 +189,6 @@ impl MiniSims {
             .map(|(m, s)| (m.share, m.pick, s))
             .collect()
     }
-}
-
-/// MurmurHash3's 64-bit finaliser.
-#[inline]
-fn fmix64(mut k: u64) -> u64 {
-    k ^= k >> 33;
-    k = k.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-    k ^= k >> 33;
-    k = k.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
-    k ^= k >> 33;
-    k
 }
 
 #[derive(Debug, Clone, Copy)]
