@@ -51,9 +51,10 @@
 //! candidate this lab recommends (the same as
 //! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`); `next` is
 //! `Config::next()`, the best candidate found since (`best,keep=1,lfu=4,added=1,period=24,
-//! dead=0.08,idle=8`); `minisim` is `Config::minisim()`, the first candidate found that meets
-//! every cell (`next,lfu=12,width=8,marginal=0/0,guard=0,dead=0,mini=11/1000/8/1/0.5`). Each
-//! takes options after it: `--cand best,idle=8`.
+//! dead=0.08,idle=8`); `minisim` is `Config::minisim()`, the policy ttl-lru's
+//! `Admission::Adaptive` runs (`next,lfu=12,width=8,marginal=0/0,guard=0,dead=0,
+//! mini=6/1000/8/1/0.5,mrate=4,malt=1`; with `malt=0` the first candidate found that meets
+//! every cell). Each takes options after it: `--cand best,idle=8`.
 //!
 //! The peers' results do not depend on the candidates: `--peer-cache FILE` stores them and reuses
 //! them (moka's hashing is randomly seeded, so its cells move by up to about 0.4 point a run).
