@@ -1593,16 +1593,23 @@ mod tests {
         );
     }
 
+    /// An adaptive shard of capacity 100 holding keys 0..100, key `k` written at `k` ms (key 0
+    /// is the oldest).
+    fn full_adaptive_shard() -> Shard<u64, u64> {
+        let s = adaptive_shard(100);
+        for k in 0..100 {
+            write_value(&s, k, NEVER, 1, k, &cfg(), WriteMode::Plain);
+        }
+        s
+    }
+
     /// Main's victim is the least frequent of the oldest pooled candidates, not the oldest:
     /// an old key the sketch counts as frequent outlives newer rare ones. (Picking the oldest,
     /// the frequent key would be the victim every newcomer duels, and loses to, for good.)
     #[test]
     fn adaptive_victim_is_the_least_frequent_of_the_oldest() {
-        let s = adaptive_shard(100);
+        let s = full_adaptive_shard();
         let c = cfg();
-        for k in 0..100 {
-            write_value(&s, k, NEVER, 1, k, &c, WriteMode::Plain);
-        }
         let record = |k: u64, times: usize| {
             let mut t = s.table.write();
             let st = t.adaptive.as_deref_mut().expect("adaptive");
@@ -1628,11 +1635,8 @@ mod tests {
     /// evicting a key the loop needs sooner.
     #[test]
     fn adaptive_victim_that_wins_stays_the_one_to_beat() {
-        let s = adaptive_shard(100);
+        let s = full_adaptive_shard();
         let c = cfg();
-        for k in 0..100 {
-            write_value(&s, k, NEVER, 1, k, &c, WriteMode::Plain);
-        }
         // Every count is 0: the newcomer (0) does not beat the oldest entry (0) and is declined.
         // (Sampling every entry, so the oldest is certainly the victim.)
         let all = ShardConfig {

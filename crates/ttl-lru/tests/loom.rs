@@ -27,6 +27,20 @@ fn cache(capacity: u64, clock: &ManualClock) -> Cache<u64, u64> {
         .build()
 }
 
+/// An adaptive cache of capacity 2 holding 1 -> 10 and 2 -> 20 (one shard, 2 samples).
+fn full_adaptive_cache() -> Cache<u64, u64> {
+    let c: Cache<u64, u64> = Cache::builder(2)
+        .shards(1)
+        .seed(7)
+        .samples(2)
+        .admission(ttl_lru::Admission::Adaptive)
+        .clock(ManualClock::new())
+        .build();
+    c.insert(1, 10, FOREVER).unwrap();
+    c.insert(2, 20, FOREVER).unwrap();
+    c
+}
+
 /// A reader looks up a key while another thread's insert evicts it (capacity 1): the reader gets
 /// the old value or nothing, never the new key's value; the bound holds afterwards.
 #[test]
@@ -256,16 +270,7 @@ fn inserts_into_different_shards_share_one_budget() {
 #[test]
 fn adaptive_flagging_readers_vs_evicting_writer() {
     loom::model(|| {
-        let clock = ManualClock::new();
-        let c: Cache<u64, u64> = Cache::builder(2)
-            .shards(1)
-            .seed(7)
-            .samples(2)
-            .admission(ttl_lru::Admission::Adaptive)
-            .clock(clock.clone())
-            .build();
-        c.insert(1, 10, FOREVER).unwrap();
-        c.insert(2, 20, FOREVER).unwrap();
+        let c = full_adaptive_cache();
         let readers: Vec<_> = (0..2)
             .map(|_| {
                 let c = c.clone();
@@ -290,16 +295,7 @@ fn adaptive_flagging_readers_vs_evicting_writer() {
 #[test]
 fn adaptive_full_buffer_drain_vs_evicting_writer() {
     loom::model(|| {
-        let clock = ManualClock::new();
-        let c: Cache<u64, u64> = Cache::builder(2)
-            .shards(1)
-            .seed(7)
-            .samples(2)
-            .admission(ttl_lru::Admission::Adaptive)
-            .clock(clock.clone())
-            .build();
-        c.insert(1, 10, FOREVER).unwrap();
-        c.insert(2, 20, FOREVER).unwrap();
+        let c = full_adaptive_cache();
         for _ in 0..31 {
             assert_eq!(c.get(&1), Some(10));
         }
