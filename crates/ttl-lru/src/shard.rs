@@ -1636,7 +1636,6 @@ mod tests {
     #[test]
     fn adaptive_victim_that_wins_stays_the_one_to_beat() {
         let s = full_adaptive_shard();
-        let c = cfg();
         // Every count is 0: the newcomer (0) does not beat the oldest entry (0) and is declined.
         // (Sampling every entry, so the oldest is certainly the victim.)
         let all = ShardConfig {
