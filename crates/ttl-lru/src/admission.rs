@@ -41,7 +41,9 @@ const RECORD_BATCH: u64 = 64;
 /// 4-bit counters per `u64` word.
 const PER_WORD: usize = 16;
 /// Counters per 64-byte block (eight words): a key's four counters share one block.
-const BLOCK_COUNTERS: usize = 8 * PER_WORD;
+const BLOCK_COUNTERS: usize = BLOCK_WORDS * PER_WORD;
+/// Words per block.
+const BLOCK_WORDS: usize = 8;
 /// Every counter of a word halved: shift right one bit, drop the bit each counter got from the
 /// counter above it.
 const HALVE_MASK: u64 = 0x7777_7777_7777_7777;
@@ -150,19 +152,34 @@ impl FrequencySketch {
     /// Caffeine lays its sketch out): one finaliser picks the block with its low bits and, with
     /// 8 bits of its high half per row, a word of the row's pair (row r uses words 2r and
     /// 2r + 1, so the four never share a word) and a counter in it. A lookup or a record then
-    /// touches one cache line instead of four, and hashes once instead of four times.
+    /// touches one cache line instead of four, and hashes once instead of four times. Returns
+    /// the block and, per row, the word in it and the counter's bit offset in that word (one
+    /// bounds check per key, not one per counter).
     #[inline]
-    fn slots(&self, hash: u64) -> [usize; ROWS] {
+    fn cells(&self, hash: u64) -> (&[AtomicU64; BLOCK_WORDS], [(usize, u32); ROWS]) {
         let h = fmix64(hash.wrapping_add(SEED));
-        let block = (h as usize & self.mask) * BLOCK_COUNTERS;
-        std::array::from_fn(|r| {
-            let bits = (h >> (32 + 8 * r)) as usize & 0xFF;
-            block + (2 * r + (bits & 1)) * PER_WORD + (bits >> 1 & 15)
-        })
+        let base = (h as usize & self.mask) * BLOCK_WORDS;
+        let block: &[AtomicU64; BLOCK_WORDS] = self.counters[base..base + BLOCK_WORDS]
+            .try_into()
+            .expect("a block is eight words");
+        let cells = std::array::from_fn(|r| {
+            let bits = (h >> (32 + 8 * r)) as u32 & 0xFF;
+            (2 * r + (bits & 1) as usize, (bits >> 1 & 15) * 4)
+        });
+        (block, cells)
     }
 
-    /// The word holding counter `slot`, and the counter's bit offset in it.
-    #[inline]
+    /// The key's four counters as indexes into the whole sketch (tests).
+    #[cfg(test)]
+    fn slots(&self, hash: u64) -> [usize; ROWS] {
+        let (block, cells) = self.cells(hash);
+        let base = (block.as_ptr() as usize - self.counters.as_ptr() as usize)
+            / std::mem::size_of::<AtomicU64>();
+        cells.map(|(word, shift)| (base + word) * PER_WORD + shift as usize / 4)
+    }
+
+    /// The word holding counter `slot`, and the counter's bit offset in it (tests).
+    #[cfg(test)]
     fn word(&self, slot: usize) -> (&AtomicU64, u32) {
         (
             &self.counters[slot / PER_WORD],
@@ -170,7 +187,7 @@ impl FrequencySketch {
         )
     }
 
-    #[inline]
+    #[cfg(test)]
     fn count(&self, slot: usize) -> u8 {
         let (word, shift) = self.word(slot);
         ((word.load(Ordering::Relaxed) >> shift) & 0xF) as u8
@@ -233,29 +250,29 @@ impl FrequencySketch {
             } else {
                 door.fetch_or(bit, Ordering::Relaxed) & bit != 0
             };
-        let mut added = !seen;
-        if seen {
-            // Conservative update: raise only the counters that hold the minimum.
-            let slots: [usize; ROWS] = self.slots(hash);
-            let min = slots.iter().map(|&s| self.count(s)).min().unwrap_or(0);
-            if min < MAX_COUNT {
-                for &s in &slots {
-                    // Raise the counter if it holds the minimum: a load and a store of its word,
-                    // no read-modify-write (a locked instruction on every recorded get would
-                    // cost more than the filter saves). A racing store to the same word can
-                    // lose this increment or one of its neighbours', which only lowers
-                    // estimates; the new word is computed from one snapshot, so a counter at
-                    // 15 is never raised and nothing carries into a neighbour.
-                    let (word, shift) = self.word(s);
-                    let w = word.load(Ordering::Relaxed);
-                    if ((w >> shift) & 0xF) as u8 == min {
-                        word.store(w + (1 << shift), Ordering::Relaxed);
-                        added = true;
-                    }
-                }
+        if !seen {
+            return true;
+        }
+        // Conservative update: raise only the counters that hold the minimum.
+        let (block, cells) = self.cells(hash);
+        let words: [u64; ROWS] = std::array::from_fn(|r| block[cells[r].0].load(Ordering::Relaxed));
+        let counts: [u8; ROWS] = std::array::from_fn(|r| ((words[r] >> cells[r].1) & 0xF) as u8);
+        let min = counts[0].min(counts[1]).min(counts[2]).min(counts[3]);
+        if min >= MAX_COUNT {
+            return !self.added_only;
+        }
+        for r in 0..ROWS {
+            // Raise the counter if it holds the minimum: a store of the word loaded above (the
+            // rows use different words), no read-modify-write (a locked instruction on every
+            // recorded get would cost more than the filter saves). A racing store to the same
+            // word can lose this increment or one of its neighbours', which only lowers
+            // estimates; the new word is computed from one snapshot, so a counter at 15 is
+            // never raised and nothing carries into a neighbour.
+            if counts[r] == min {
+                block[cells[r].0].store(words[r] + (1 << cells[r].1), Ordering::Relaxed);
             }
         }
-        added || !self.added_only
+        true
     }
 
     /// Adds `n` records to the count; the addition that crosses the sample size ages the sketch.
@@ -282,12 +299,10 @@ impl FrequencySketch {
 
     /// Estimated recent request count for `hash`.
     pub(crate) fn frequency(&self, hash: u64) -> u8 {
-        let min = self
-            .slots(hash)
-            .iter()
-            .map(|&s| self.count(s))
-            .min()
-            .unwrap_or(0);
+        let (block, cells) = self.cells(hash);
+        let count =
+            |r: usize| ((block[cells[r].0].load(Ordering::Relaxed) >> cells[r].1) & 0xF) as u8;
+        let min = count(0).min(count(1)).min(count(2)).min(count(3));
         let (word, bit) = self.door_bit(hash);
         min + u8::from(self.doorkeeper[word].load(Ordering::Relaxed) & bit != 0)
     }
@@ -353,6 +368,30 @@ mod tests {
             for other in (first..first + PER_WORD).filter(|o| !slots.contains(o)) {
                 assert_eq!(s.count(other), 0, "counter {other} next to {slot}");
             }
+        }
+    }
+
+    #[test]
+    fn a_keys_counters_share_one_block_and_never_a_word() {
+        let s = FrequencySketch::shaped(10_000, 24, 8, true);
+        for k in 0..10_000u64 {
+            let h = fmix64(k);
+            let slots = s.slots(h);
+            let blocks: Vec<usize> = slots.iter().map(|x| x / BLOCK_COUNTERS).collect();
+            assert!(blocks.iter().all(|&b| b == blocks[0]), "{slots:?}");
+            for (r, slot) in slots.iter().enumerate() {
+                // Row r uses words 2r and 2r + 1 of the block.
+                assert_eq!(slot % BLOCK_COUNTERS / PER_WORD / 2, r, "{slots:?}");
+            }
+            for _ in 0..(k % 5) {
+                let counted = s.record_exclusive(h);
+                assert!(counted || s.frequency(h) > MAX_COUNT);
+            }
+            let min = slots.iter().map(|&x| s.count(x)).min().unwrap_or(0);
+            let (word, bit) = s.door_bit(h);
+            let door = u8::from(s.doorkeeper[word].load(Ordering::Relaxed) & bit != 0);
+            assert!(door == 1 || k % 5 == 0, "key {k}: recorded, door bit clear");
+            assert_eq!(s.frequency(h), min + door, "key {k}");
         }
     }
 
