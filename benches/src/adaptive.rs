@@ -76,6 +76,9 @@ pub struct Sketch {
     /// Conservative update (raise only the minimal counters); off raises all four, as moka
     /// and Caffeine do.
     pub conservative: bool,
+    /// Halvings so far (`Config::resident`: a resident count is halved as many times as the
+    /// sketch was since it was last written).
+    pub ages: u32,
 }
 
 impl Sketch {
@@ -101,6 +104,7 @@ impl Sketch {
             doorkeeper,
             count_added_only: false,
             conservative: true,
+            ages: 0,
         }
     }
 
@@ -163,6 +167,37 @@ impl Sketch {
         }
     }
 
+    /// Counts one request toward aging without recording it (`Config::resident`: a hit that
+    /// raised its entry's own count).
+    pub fn tick(&mut self) {
+        self.records += 1;
+        if self.records == self.sample_size {
+            self.halve();
+        }
+    }
+
+    /// Raises `hash`'s estimate to at least `f` (`Config::resident`: an evicted entry leaves
+    /// its count to the sketch, which then remembers it as if its hits had been recorded).
+    pub fn fold(&mut self, hash: u64, f: u8) {
+        if f == 0 || self.frequency(hash) >= f {
+            return;
+        }
+        let mut target = f.min(MAX_COUNT + 1);
+        if self.doorkeeper {
+            let (w, bit) = self.door_bit(hash);
+            self.door[w] |= bit;
+            target -= 1;
+        }
+        let target = target.min(MAX_COUNT);
+        for s in self.slots(hash) {
+            let c = self.count(s);
+            if c < target {
+                let shift = (s % PER_WORD) * 4;
+                self.counters[s / PER_WORD] += u64::from(target - c) << shift;
+            }
+        }
+    }
+
     /// Ages no more often than every `records` records (a floor under `period x capacity`).
     pub fn with_min_period(mut self, records: u64) -> Self {
         self.sample_size = self.sample_size.max(records);
@@ -176,6 +211,7 @@ impl Sketch {
         }
         self.door.iter_mut().for_each(|w| *w = 0);
         self.records = 0;
+        self.ages += 1;
     }
 
     /// Estimated recent request count (0..=16).
@@ -439,6 +475,13 @@ pub struct Config {
     pub doorkeeper: bool,
     /// Record one hit in this many in the sketch (misses always); 1 records every hit.
     pub hit_record: u64,
+    /// Resident counts: a hit raises its entry's own 4-bit count (as quick_cache's and
+    /// S3-FIFO's entries count their hits) instead of recording in the sketch, which then
+    /// sees only misses; a new entry's count starts at the sketch's estimate, an evicted one
+    /// folds its count back into the sketch, and a count halves with every sketch aging. A
+    /// resident entry's frequency is its own count. What a get would cost: a write to its own
+    /// entry (none once the count saturates), no sketch line.
+    pub resident: bool,
     /// Hits go to a buffer of this many hashes instead of the sketch, drained into the sketch
     /// at the next miss (the insert path, which holds the shard's write lock anyway); hits that
     /// find it full are dropped, as Caffeine's read buffer drops them. 0 records at once. This is
@@ -589,6 +632,7 @@ impl Config {
             sketch_period: 32,
             doorkeeper: true,
             hit_record: 1,
+            resident: false,
             hit_buffer: 0,
             thin_misses: false,
             slru_sampled_share: false,
@@ -729,6 +773,9 @@ struct Entry {
     window: bool,
     /// Hit while in the main space (sampled SLRU; only with `Config::slru`).
     protected: bool,
+    /// Own count and the sketch's halvings when it was written (`Config::resident`).
+    freq: u8,
+    fage: u32,
 }
 
 impl Entry {
@@ -1115,11 +1162,11 @@ impl Adaptive {
         if self.cfg.lfu_pick <= 1 || !self.uses_sketch() {
             return Some(first);
         }
-        let mut best = (self.sketch.frequency(self.slots[first].hash), first);
+        let mut best = (self.count_of(first), first);
         let mut others = Vec::new();
         for _ in 1..self.cfg.lfu_pick {
             let Some(c) = self.settle(MAIN) else { break };
-            let f = self.sketch.frequency(self.slots[c].hash);
+            let f = self.count_of(c);
             if f < best.0 {
                 others.push(best.1);
                 best = (f, c);
@@ -1140,7 +1187,7 @@ impl Adaptive {
             // Not hit since the last detected phase change (`Config::epoch`).
             return 0;
         }
-        let mut f = self.sketch.frequency(self.slots[v].hash);
+        let mut f = self.count_of(v);
         let idle = (self.clock - self.slots[v].stamp).max(1) as f64;
         if self.cfg.stale > 0.0 {
             // An entry idle far longer than its count's expected gap (records per aging period
@@ -1170,7 +1217,31 @@ impl Adaptive {
         self.pools[seg].offer(e.rank(), idx as u32);
     }
 
+    /// Entry `i`'s frequency: its own count halved per sketch aging since it was written
+    /// (`Config::resident`), or the sketch's estimate of its key.
+    fn count_of(&self, i: usize) -> u8 {
+        let e = &self.slots[i];
+        if self.cfg.resident {
+            e.freq.checked_shr(self.sketch.ages - e.fage).unwrap_or(0)
+        } else {
+            self.sketch.frequency(e.hash)
+        }
+    }
+
+    /// A new entry's count: what the sketch remembers of its key (`Config::resident`).
+    fn seed_count(&self, hash: u64) -> u8 {
+        if self.cfg.resident {
+            self.sketch.frequency(hash)
+        } else {
+            0
+        }
+    }
+
     fn replace(&mut self, idx: usize, key: u64, hash: u64, window: bool, kind: GhostKind) {
+        if self.cfg.resident {
+            let f = self.count_of(idx);
+            self.sketch.fold(self.slots[idx].hash, f);
+        }
         let old = self.slots[idx];
         if old.protected {
             self.protected_len -= 1;
@@ -1189,6 +1260,8 @@ impl Adaptive {
             stamp: self.clock,
             window,
             protected: false,
+            freq: self.seed_count(hash),
+            fage: self.sketch.ages,
         };
         self.index.insert(key, idx as u32);
     }
@@ -1201,6 +1274,8 @@ impl Adaptive {
             stamp: self.clock,
             window,
             protected: false,
+            freq: self.seed_count(hash),
+            fage: self.sketch.ages,
         });
         if window {
             self.window_len += 1;
@@ -1260,7 +1335,7 @@ impl Adaptive {
                     let v = self.main_victim();
                     match (c, v) {
                         (Some(c), Some(v)) => {
-                            let fc = self.sketch.frequency(self.slots[c].hash);
+                            let fc = self.count_of(c);
                             let fv = self.victim_frequency(v);
                             if fc > fv || (fc == fv && self.stale_tie(v)) {
                                 self.slots[c].window = false;
@@ -1367,7 +1442,17 @@ impl Policy for Adaptive {
             if self.clock - e.stamp >= self.cfg.resolution {
                 e.stamp = self.clock;
             }
-            if self.uses_sketch() && self.cfg.hit_buffer > 0 {
+            if self.cfg.resident && self.uses_sketch() {
+                let ages = self.sketch.ages;
+                let e = &mut self.slots[idx as usize];
+                let now = e.freq.checked_shr(ages - e.fage).unwrap_or(0);
+                let raised = now < MAX_COUNT + 1;
+                e.freq = (now + 1).min(MAX_COUNT + 1);
+                e.fage = ages;
+                if raised || !self.sketch.count_added_only {
+                    self.sketch.tick();
+                }
+            } else if self.uses_sketch() && self.cfg.hit_buffer > 0 {
                 self.pending_hits += 1;
                 if self.pending.len() < self.cfg.hit_buffer {
                     self.pending.push(hash);
