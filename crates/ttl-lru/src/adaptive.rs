@@ -4,13 +4,23 @@
 //! that meets every cell of the hit-ratio tables); this file holds its per-shard state and its
 //! per-thread hit buffers, `table.rs` its eviction decisions.
 //!
-//! Per entry: two flag bits in the top of the slot's recency stamp word ([`WINDOW`],
-//! [`PROTECTED`]), so the policy adds no bytes per entry and a hit reads them with the stamp.
+//! Per entry, in the top 12 bits of the slot's recency stamp word, so the policy adds no bytes
+//! per entry and a hit reads them with the stamp: two flags ([`WINDOW`], [`PROTECTED`]) and a
+//! *resident count* ([`COUNT`], 0 to 16, with the sketch's halvings mod 32 when it was written,
+//! [`AGE`]). A hit raises its entry's count instead of recording the key in the sketch (as
+//! quick_cache's and S3-FIFO's entries count their hits): the sketch sees only misses; a new
+//! entry's count starts at the sketch's estimate of its key, an evicted entry folds its count
+//! back into the sketch (so a returning key is remembered as if its hits had been recorded),
+//! and a count halves with every aging of the sketch. The lab measured the two designs level
+//! (`policylab --cand minisim,resident=1`: worst cell -0.52 against -0.53, average 58.14
+//! against 58.11); the store's get stops touching the sketch, a random cache line per hit
+//! (callgrind, 8,000 entries: get 515 -> 378 instructions).
 //! Per shard, under the shard's write lock ([`State`]): a window candidate pool beside the
 //! table's main pool, the window's length and target (the simulations' share of the shard's
 //! capacity), a frequency sketch (8 counters per row per entry of capacity, halved every
-//! `24 x capacity` records that raised a counter) and a request clock with checkpoints that
-//! turn a recency stamp into the requests since it (for the idle decay).
+//! `24 x capacity` records that raised a counter, hits that raised a resident count included)
+//! and a request clock with checkpoints that turn a recency stamp into the requests since it
+//! (for the idle decay).
 //!
 //! An eviction at the target duels the oldest window candidate against main's victim: the
 //! least frequent of the 12 oldest main candidates (or the oldest, when the simulations find
@@ -20,22 +30,29 @@
 //! it again (a loop's newcomers keep losing, as moka's LRU head stays put). A window above its
 //! target demotes its oldest entries into main, up to 4 per eviction.
 //!
-//! A hit writes nothing shared but once per [`HIT_BUFFER`] hits of a thread: it flags its entry
-//! protected (a main entry's first hit: the entry's own stamp word, once) and appends the key's
-//! hash to its thread's [`HitBuffer`] for the shard; the hit that fills the buffer drains it
-//! under the shard's write lock if that is free at once (`ShardLock::try_write`), else the
+//! A hit writes its entry's own stamp word while its count rises (none once the count is 16,
+//! at most 16 per aging) or to protect it (a main entry's first hit), and counts itself in its
+//! thread's [`HitBuffer`] for the shard, where it also appends the key's hash if the miniature
+//! simulations sample it (one key in `max(4, capacity / 1000)`). Nothing shared is written
+//! but once per [`HIT_BUFFER`] sampled hits of a thread: the hit that fills the buffer drains
+//! it under the shard's write lock if that is free at once (`ShardLock::try_write`), else the
 //! buffer drops hashes until the thread's next insert into the shard drains it under the
-//! write lock the insert takes anyway. Draining full buffers is worth 0.25 and 0.6 points on
+//! write lock the insert takes anyway. Draining full buffers was worth 0.25 and 0.6 points on
 //! a loop 10% longer than the cache (90.60 -> 90.85 at 1,000 entries, 89.84 -> 90.44 at
-//! 10,000, 8 shards 88.61 -> 90.40), whose hits come in runs of a capacity between inserts.
+//! 10,000, 8 shards 88.61 -> 90.40), whose hits come in runs of a capacity between inserts
+//! (measured when the buffers held every hit's hash for the sketch).
 //!
 //! Where the store departs from the lab's model (within 0.15 point per cell, `hitratio
 //! --only adaptive`, one shard against the model's row):
 //! - a miss is recorded (sketch, simulations, request count) by the insert of the new key, not
 //!   by the lookup that missed: a miss nobody fills changes nothing, and a plain insert counts;
-//! - hits are buffered per (thread, shard), so a drain records only hashes of its own shard;
-//!   a thread without a tally stripe of its own buffers nothing (its hits still count as
-//!   recency, and in the entry's flags);
+//! - hits are counted per (thread, shard) and added to the request clock and the sketch's
+//!   aging count when the buffer drains; a thread without a tally stripe of its own buffers
+//!   nothing (its hits still count as recency, in the entry's flags and its count);
+//! - the simulated copies record every sampled request in their one sketch, hits included
+//!   (`minisim.rs`): they model the policy as it was before resident counts, which the lab
+//!   measured within 0.2 point per cell of it (one sketch serves all 12 copies; with resident
+//!   counts each copy would need its own, recording its own misses);
 //! - the simulations are fed under a `try_lock` (a shard that finds another feeding drops its
 //!   samples) and see requests in the order the shards' drains deliver them;
 //! - the idle decay counts a shard's requests from checkpoints (every `capacity / 8` requests,
@@ -47,7 +64,8 @@
 //! - evictions without a newcomer (a capacity shrink, room for another shard's write) take
 //!   main's victim below the target and duel as usual at it, never refusing.
 //!
-//! Memory beyond the default's: per entry, the sketch (4 rows of 4-bit counters over the next
+//! Memory beyond the default's: per entry, nothing in the slot (the count shares the stamp
+//! word, whose 52 low bits keep the stamp); the sketch (4 rows of 4-bit counters over the next
 //! power of two of 8 x capacity, 16 to 32 bytes, plus a doorkeeper of 4 to 8 bytes); per
 //! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 12 copies of at most
 //! 1,000 simulated entries, about 0.7 MB at most) and a 384-byte hit buffer per (tally stripe,
@@ -58,6 +76,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+pub(crate) use crate::admission::MAX_FREQUENCY;
 use crate::minisim::{IDLE, MiniSims, SKETCH_PERIOD, SKETCH_WIDTH};
 use crate::pool::EvictionPool;
 use crate::stats::CachePadded;
@@ -70,8 +89,36 @@ pub(crate) const WINDOW: u64 = 1 << 63;
 pub(crate) const PROTECTED: u64 = 1 << 62;
 /// Both flags.
 pub(crate) const FLAGS: u64 = WINDOW | PROTECTED;
-/// The recency stamp (coarse-clock milliseconds) under the flags.
-pub(crate) const STAMP: u64 = !FLAGS;
+/// Where the entry's resident count (0 to [`MAX_FREQUENCY`]) sits in the stamp word.
+const COUNT_SHIFT: u32 = 57;
+/// Stamp-word bits of the resident count.
+pub(crate) const COUNT: u64 = 0x1F << COUNT_SHIFT;
+/// Where the sketch's halvings (mod 32) when the count was written sit in the stamp word.
+const AGE_SHIFT: u32 = 52;
+/// Stamp-word bits of the count's age.
+pub(crate) const AGE: u64 = 0x1F << AGE_SHIFT;
+/// Everything the policy keeps in the stamp word beside the stamp.
+pub(crate) const META: u64 = FLAGS | COUNT | AGE;
+/// The recency stamp (coarse-clock milliseconds: 52 bits last 142,000 years) under the
+/// policy's bits.
+pub(crate) const STAMP: u64 = !META;
+
+/// The resident count kept in stamp word `w`, halved once per sketch aging since it was
+/// written (`ages`: the sketch's halvings now). The age is kept mod 32: a count not written
+/// for 32 agings (768 capacities of requests) reads as if written 32 agings later, which the
+/// idle decay of a duel covers (it has halved such a victim's count to 0 long before).
+#[inline]
+pub(crate) fn resident_count(w: u64, ages: u64) -> u8 {
+    let count = ((w & COUNT) >> COUNT_SHIFT) as u8;
+    let since = ages.wrapping_sub(w >> AGE_SHIFT) & 0x1F;
+    count.checked_shr(since as u32).unwrap_or(0)
+}
+
+/// Stamp word `w` with resident count `count`, written at `ages` halvings.
+#[inline]
+pub(crate) fn with_count(w: u64, count: u8, ages: u64) -> u64 {
+    (w & !(COUNT | AGE)) | (u64::from(count) << COUNT_SHIFT) | ((ages & 0x1F) << AGE_SHIFT)
+}
 
 /// Hashes a thread buffers per shard before its next insert drains them.
 pub(crate) const HIT_BUFFER: usize = 32;
@@ -82,13 +129,17 @@ const PROTECTED_SHARE: f64 = 0.8;
 const CHECKPOINTS: usize = 256;
 
 /// One thread's buffered hits on one shard: written only by that thread (plain loads and
-/// stores), drained by that thread under the shard's write lock.
+/// stores), drained by that thread under the shard's write lock. It holds the hashes the
+/// miniature simulations sample (one hit in `max(4, capacity / 1000)`) and counts the rest.
 #[derive(Debug)]
 pub(crate) struct HitBuffer {
     len: AtomicU64,
-    /// Hits on main (`[0]`) and window (`[1]`) entries since the last drain (counted even when
-    /// the hash is dropped: the density guard sees every hit).
+    /// Hits on main (`[0]`) and window (`[1]`) entries since the last drain, sampled or not
+    /// (the idle decay's request clock counts them).
     hits: [AtomicU64; 2],
+    /// Hits that raised their entry's resident count since the last drain (they count toward
+    /// the sketch's aging, as the records that raised a counter did).
+    raised: AtomicU64,
     hashes: [AtomicU64; HIT_BUFFER],
 }
 
@@ -97,16 +148,26 @@ impl HitBuffer {
         Self {
             len: AtomicU64::new(0),
             hits: [AtomicU64::new(0), AtomicU64::new(0)],
+            raised: AtomicU64::new(0),
             hashes: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
-    /// Buffers a hit on an entry of the window (`window`) or main; true if this hit filled
-    /// the buffer (the caller then drains it, if it can take the write lock at once).
+    /// Counts a hit on an entry of the window (`window`) or main that raised its resident
+    /// count (`raised`) or not, and buffers its hash if the simulations sample it (`sampled`);
+    /// true if this hit filled the buffer (the caller then drains it, if it can take the write
+    /// lock at once).
     #[inline]
-    pub(crate) fn push(&self, hash: u64, window: bool) -> bool {
+    pub(crate) fn push(&self, window: bool, raised: bool, sampled: Option<u64>) -> bool {
         let count = &self.hits[usize::from(window)];
         count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        if raised {
+            self.raised
+                .store(self.raised.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+        let Some(hash) = sampled else {
+            return false;
+        };
         let len = self.len.load(Ordering::Relaxed) as usize;
         if len < HIT_BUFFER {
             self.hashes[len].store(hash, Ordering::Relaxed);
@@ -117,18 +178,18 @@ impl HitBuffer {
     }
 
     /// Empties the buffer into `state` (its owner thread, under the shard's write lock),
-    /// appending the hashes the miniature simulations sample to `sampled`.
+    /// appending its sampled hashes to `sampled`. The hits are not recorded in the sketch:
+    /// they raised their entries' resident counts instead.
     fn drain_into(&self, state: &mut State, sampled: &mut Sampled) {
         let len = self.len.load(Ordering::Relaxed) as usize;
-        let mut counted = 0;
         for h in &self.hashes[..len.min(HIT_BUFFER)] {
-            let h = h.load(Ordering::Relaxed);
-            counted += u64::from(state.sketch.record_exclusive(h));
-            if state.minis.sampled(h) {
-                sampled.push(h);
-            }
+            sampled.push(h.load(Ordering::Relaxed));
         }
-        state.sketch.add_exclusive(counted);
+        let raised = self.raised.load(Ordering::Relaxed);
+        if raised > 0 {
+            state.sketch.add_exclusive(raised);
+            self.raised.store(0, Ordering::Relaxed);
+        }
         let (m, w) = (
             self.hits[0].load(Ordering::Relaxed),
             self.hits[1].load(Ordering::Relaxed),
@@ -242,8 +303,9 @@ impl State {
 
     /// A miss of `hash` that is about to insert it at `now` (milliseconds): drains the
     /// thread's buffered hits, records the miss, feeds the miniature simulations, counts the
-    /// request and takes the simulations' current share as the window's target.
-    pub(crate) fn on_miss(&mut self, hash: u64, buffer: Option<&HitBuffer>, now: u64) {
+    /// request and takes the simulations' current share as the window's target. Returns the
+    /// new entry's resident count: what the sketch remembers of the key.
+    pub(crate) fn on_miss(&mut self, hash: u64, buffer: Option<&HitBuffer>, now: u64) -> u8 {
         let mut sampled = Sampled::new();
         if let Some(b) = buffer {
             b.drain_into(self, &mut sampled);
@@ -257,6 +319,7 @@ impl State {
         self.requests += 1;
         self.checkpoint(now);
         self.target = self.minis.share() * self.capacity as f64;
+        self.sketch.frequency(hash)
     }
 
     /// Drains a full hit buffer outside an insert (a hit that filled it took the write lock).
@@ -291,11 +354,11 @@ impl State {
             .map_or(0, |&(_, r)| self.requests - r)
     }
 
-    /// A main victim's count in a duel: the sketch's estimate of `hash`, halved per
-    /// `IDLE x capacity` requests since the victim's `stamp` (a hot set that moved on leaves
-    /// entries whose counts say "hot" until the sketch ages; their idle time says otherwise).
-    pub(crate) fn victim_frequency(&self, hash: u64, stamp: u64) -> u8 {
-        let f = self.sketch.frequency(hash);
+    /// A main victim's count in a duel: its count `f` (resident, or the sketch's for a cached
+    /// error), halved per `IDLE x capacity` requests since the victim's `stamp` (a hot set
+    /// that moved on leaves entries whose counts say "hot" until the sketch ages; their idle
+    /// time says otherwise).
+    pub(crate) fn victim_frequency(&self, f: u8, stamp: u64) -> u8 {
         let halvings = self.requests_since(stamp) / (IDLE * self.capacity);
         f.checked_shr(halvings.min(8) as u32).unwrap_or(0)
     }
@@ -324,8 +387,12 @@ mod tests {
     #[test]
     fn flags_and_stamp_share_one_word_without_overlap() {
         assert_eq!(WINDOW & PROTECTED, 0);
-        assert_eq!(STAMP & FLAGS, 0);
-        assert_eq!(STAMP | FLAGS, u64::MAX);
+        assert_eq!(
+            [FLAGS & COUNT, FLAGS & AGE, COUNT & AGE, STAMP & META],
+            [0; 4]
+        );
+        assert_eq!(STAMP | META, u64::MAX);
+        assert!(u64::from(MAX_FREQUENCY) <= COUNT >> COUNT_SHIFT);
         // A coarse-clock stamp (milliseconds) stays clear of the flags for millennia.
         let stamp = 100 * 365 * 24 * 3600 * 1000u64;
         assert_eq!((stamp | WINDOW) & STAMP, stamp);
@@ -339,39 +406,57 @@ mod tests {
     #[test]
     fn idle_decay_halves_a_victims_count_per_eight_capacities_of_requests() {
         let mut s = state(100);
-        for _ in 0..20 {
-            s.sketch.record(42, None);
-        }
-        assert_eq!(s.victim_frequency(42, 0), 16);
+        assert_eq!(s.victim_frequency(16, 0), 16);
         // One request per millisecond: stamps and the request clock advance together.
         for ms in 1..=800u64 {
             s.on_miss(ms << 32, None, ms);
         }
         // Stamped at 1 ms: 799 requests since, under 8 capacities.
-        assert_eq!(s.victim_frequency(42, 1), 16);
-        assert_eq!(s.victim_frequency(42, 799), 16);
+        assert_eq!(s.victim_frequency(16, 1), 16);
+        assert_eq!(s.victim_frequency(16, 799), 16);
         for ms in 801..=1700u64 {
             s.on_miss(ms << 32, None, ms);
         }
         // 1,699 requests since 1 ms: over 16 capacities, halved twice.
-        let f = s.victim_frequency(42, 1);
-        assert_eq!(f, 4);
-        assert_eq!(s.victim_frequency(42, 1700), s.sketch.frequency(42));
+        assert_eq!(s.victim_frequency(16, 1), 4);
+        assert_eq!(s.victim_frequency(16, 1700), 16);
     }
 
     #[test]
     fn a_full_hit_buffer_drops_hashes_but_counts_hits() {
         let mut s = state(1_000_000);
         let b = HitBuffer::new();
-        for _ in 0..40 {
-            b.push(42, false);
+        for i in 0..40 {
+            b.push(false, i < 10, Some(42));
         }
-        s.on_miss(7, Some(&b), 1);
-        assert_eq!(s.requests, 41);
-        // 32 buffered records after the doorkeeper's first: saturated at 15 (+1 doorkeeper).
-        assert_eq!(s.sketch.frequency(42), 16);
+        // Hits the simulations do not sample are counted, not buffered.
+        for _ in 0..60 {
+            assert!(!b.push(true, false, None));
+        }
+        assert_eq!(b.len.load(Ordering::Relaxed), HIT_BUFFER as u64);
+        let count = s.on_miss(7, Some(&b), 1);
+        assert_eq!(s.requests, 101);
+        // The hits raised resident counts, not the sketch: it holds only the miss (its
+        // doorkeeper bit), and counts toward aging the 10 raising hits and the miss.
+        assert_eq!(s.sketch.frequency(42), 0);
+        assert_eq!((count, s.sketch.frequency(7)), (1, 1));
+        assert_eq!(s.sketch.records_for_test(), 11);
         assert_eq!(b.len.load(Ordering::Relaxed), 0, "drained");
         s.on_miss(8, Some(&b), 2);
-        assert_eq!(s.requests, 42, "nothing twice");
+        assert_eq!(s.requests, 102, "nothing twice");
+        assert_eq!(s.sketch.records_for_test(), 12);
+    }
+
+    #[test]
+    fn a_resident_count_halves_with_each_aging_and_wraps_at_32() {
+        let w = with_count(1234 | WINDOW, 16, 7);
+        assert_eq!(w & STAMP, 1234);
+        assert_eq!(w & FLAGS, WINDOW);
+        assert_eq!(resident_count(w, 7), 16);
+        assert_eq!(resident_count(w, 8), 8);
+        assert_eq!(resident_count(w, 11), 1);
+        assert_eq!(resident_count(w, 12), 0);
+        assert_eq!(resident_count(w, 7 + 32), 16, "the age is kept mod 32");
+        assert_eq!(resident_count(with_count(w, 3, 40), 40), 3);
     }
 }

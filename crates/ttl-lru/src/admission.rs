@@ -36,6 +36,8 @@ use crate::tally::Stripe;
 
 const ROWS: usize = 4;
 const MAX_COUNT: u8 = 15;
+/// The highest estimate: a saturated counter plus the doorkeeper's bit.
+pub(crate) const MAX_FREQUENCY: u8 = MAX_COUNT + 1;
 /// Lookups a thread counts in its own stripe before adding them to a shard's record count.
 const RECORD_BATCH: u64 = 64;
 /// 4-bit counters per `u64` word.
@@ -79,11 +81,13 @@ pub enum Admission {
     /// cell of the hit-ratio tables, at one shard and at eight (docs/benchmarks.md); it costs
     /// gets and inserts several times the default's, which is why it is not the default.
     ///
-    /// A hit writes the entry's own recency word (its stamp, at most once per resolution, and
-    /// its protected flag once) and its thread's hit buffer for the shard, which the thread's
-    /// next insert into that shard drains into the sketch under the lock; the hit that fills
-    /// the buffer (one in 32 of a thread's) drains it itself if the shard's write lock is free
-    /// at once.
+    /// A hit writes the entry's own recency word (its stamp, at most once per resolution; its
+    /// protected flag once; its resident count while that is below 16, which a hot entry's
+    /// soon is) and its thread's hit buffer for the shard (a count, and the key's hash if the
+    /// simulations sample it), which the thread's next insert into that shard drains under
+    /// the lock; the hit that fills the buffer (one in 32 sampled hits of a thread's) drains
+    /// it itself if the shard's write lock is free at once. The sketch records misses; a hit
+    /// counts in its entry.
     Adaptive,
 }
 
@@ -108,6 +112,9 @@ pub(crate) struct FrequencySketch {
     mask: usize,
     door_mask: usize,
     records: AtomicU64,
+    /// Halvings so far: the adaptive policy's resident counts halve as many times as the
+    /// sketch did since they were written (`adaptive.rs`).
+    ages: AtomicU64,
     sample_size: u64,
     /// Only records that raised a counter (or set a doorkeeper bit) count toward aging, as
     /// Caffeine and moka count them: a hot set's saturated hits do not age the sketch.
@@ -143,6 +150,7 @@ impl FrequencySketch {
             mask: (ROWS * width / BLOCK_COUNTERS).max(1) - 1,
             door_mask: door_bits - 1,
             records: AtomicU64::new(0),
+            ages: AtomicU64::new(0),
             sample_size: period * capacity.max(16),
             added_only,
         }
@@ -284,7 +292,42 @@ impl FrequencySketch {
     }
 
     /// Halves every counter and clears the doorkeeper (the thread that crossed the sample size).
+    /// Records counted toward the next aging (tests).
+    #[cfg(test)]
+    pub(crate) fn records_for_test(&self) -> u64 {
+        self.records.load(Ordering::Relaxed)
+    }
+
+    /// How many times the sketch has halved.
+    #[inline]
+    pub(crate) fn ages(&self) -> u64 {
+        self.ages.load(Ordering::Relaxed)
+    }
+
+    /// Raises `hash`'s estimate to at least `f` (at most [`MAX_FREQUENCY`]), for a caller that
+    /// alone writes this sketch: the adaptive policy folds an evicted entry's resident count
+    /// back, so that the key is remembered as if its hits had been recorded (not counted
+    /// toward aging: the hits were, as they raised the count).
+    pub(crate) fn fold_exclusive(&self, hash: u64, f: u8) {
+        if f == 0 || self.frequency(hash) >= f {
+            return;
+        }
+        let (word, bit) = self.door_bit(hash);
+        let door = &self.doorkeeper[word];
+        door.store(door.load(Ordering::Relaxed) | bit, Ordering::Relaxed);
+        let target = (f - 1).min(MAX_COUNT);
+        let (block, cells) = self.cells(hash);
+        for (w, shift) in cells {
+            let old = block[w].load(Ordering::Relaxed);
+            let c = ((old >> shift) & 0xF) as u8;
+            if c < target {
+                block[w].store(old + (u64::from(target - c) << shift), Ordering::Relaxed);
+            }
+        }
+    }
+
     fn age(&self) {
+        self.ages.store(self.ages() + 1, Ordering::Relaxed);
         for word in &self.counters {
             word.store(
                 (word.load(Ordering::Relaxed) >> 1) & HALVE_MASK,

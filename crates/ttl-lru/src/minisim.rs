@@ -28,8 +28,8 @@
 //! shard's write lock, with a `try_lock` (a sample that finds another shard feeding is dropped:
 //! the estimate needs a sample of requests, not all of them). The share is published in an
 //! atomic word that every shard reads when it evicts (the pick in another). Memory: at most
-//! 12 x 1,000 simulated entries of 24 bytes, plus an index each and one sketch: about 0.6 MB at
-//! most. Work: 12 simulated accesses per sampled request, so 3 per request of a cache under
+//! 12 x 1,000 simulated entries of 24 bytes, one index for all copies (a key's place in each:
+//! a sampled request is looked up once, not 12 times) and one sketch: about 0.6 MB at most. Work: 12 simulated accesses per sampled request, so 3 per request of a cache under
 //! 4,000 entries, 12 per 1,000 requests of a 1M-entry cache.
 
 use std::collections::HashMap;
@@ -80,8 +80,9 @@ const SALT: u64 = 0xA5A5_5A5A_C3C3_3C3C;
 /// The copies and the share they chose, shared by a cache's shards.
 #[derive(Debug)]
 pub(crate) struct MiniSims {
-    /// A request is sampled when `fmix(hash) % rate == 0`.
-    rate: u64,
+    /// A request is sampled when `fmix(hash) < below` (one in `max(4, capacity / 1000)`; a
+    /// compare, not a division: every hit asks).
+    below: u64,
     /// The chosen window share, as `f64` bits.
     share: AtomicU64,
     /// The chosen victim pick (one of [`PICKS`]).
@@ -92,6 +93,9 @@ pub(crate) struct MiniSims {
 #[derive(Debug)]
 struct Sims {
     minis: Vec<Mini>,
+    /// Where each copy holds a key: one index for all of them (a sampled hit looks its key up
+    /// once, not once per copy; [`ABSENT`] where a copy does not hold it).
+    index: Index,
     /// The copies' one sketch: they all record the same requests in the same order, so one
     /// sketch is what each of them would hold (recorded once instead of 12 times).
     sketch: FrequencySketch,
@@ -115,11 +119,12 @@ impl MiniSims {
             })
             .collect();
         Self {
-            rate,
+            below: u64::MAX / rate,
             share: AtomicU64::new(0f64.to_bits()),
             pick: AtomicU64::new(PICKS[0] as u64),
             sims: parking_lot::Mutex::new(Sims {
                 minis,
+                index: Index::with_capacity_and_hasher(4 * size as usize, MixState),
                 sketch: FrequencySketch::shaped(size, SKETCH_PERIOD, SKETCH_WIDTH, true),
                 scores: [0.0; COPIES],
                 misses: [0; COPIES],
@@ -132,7 +137,7 @@ impl MiniSims {
     /// Whether requests for `hash` are replayed by the copies.
     #[inline]
     pub(crate) fn sampled(&self, hash: u64) -> bool {
-        fmix64(hash ^ SALT) % self.rate == 0
+        fmix64(hash ^ SALT) < self.below
     }
 
     /// The window share the copies chose last (0 until their first pick).
@@ -161,8 +166,13 @@ impl MiniSims {
         for &h in hashes {
             let counted = sims.sketch.record_exclusive(h);
             sims.sketch.add_exclusive(u64::from(counted));
-            for (m, misses) in sims.minis.iter_mut().zip(&mut sims.misses) {
-                if !m.access(h, &sims.sketch) {
+            let held = sims.index.get(&h).copied().unwrap_or([ABSENT; COPIES]);
+            for (c, (m, misses)) in sims.minis.iter_mut().zip(&mut sims.misses).enumerate() {
+                let place = Place {
+                    index: &mut sims.index,
+                    copy: c,
+                };
+                if !m.access(h, held[c], &sims.sketch, place) {
                     *misses += 1;
                 }
             }
@@ -197,6 +207,66 @@ impl MiniSims {
     }
 }
 
+/// Marks a copy that does not hold a key (copies hold at most [`MINI_SIZE`] entries).
+const ABSENT: u16 = u16::MAX;
+
+/// The copies' shared index: a key's place in each copy.
+type Index = HashMap<u64, [u16; COPIES], MixState>;
+
+/// The index's hasher: its keys are already hashes (the store's), so one multiply spreads
+/// them (ahash would hash them again).
+#[derive(Debug, Default, Clone, Copy)]
+struct MixState;
+
+impl std::hash::BuildHasher for MixState {
+    type Hasher = MixHasher;
+    fn build_hasher(&self) -> MixHasher {
+        MixHasher(0)
+    }
+}
+
+/// See [`MixState`].
+#[derive(Debug)]
+struct MixHasher(u64);
+
+impl std::hash::Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (x ^ x >> 32).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// One copy's view of the shared index.
+struct Place<'a> {
+    index: &'a mut Index,
+    copy: usize,
+}
+
+impl Place<'_> {
+    /// The copy now holds `hash` at `slot`.
+    fn set(&mut self, hash: u64, slot: usize) {
+        debug_assert!(slot < usize::from(ABSENT));
+        self.index.entry(hash).or_insert([ABSENT; COPIES])[self.copy] = slot as u16;
+    }
+
+    /// The copy no longer holds `hash` (the key leaves the index when no copy holds it).
+    fn clear(&mut self, hash: u64) {
+        if let Some(held) = self.index.get_mut(&hash) {
+            held[self.copy] = ABSENT;
+            if held.iter().all(|&p| p == ABSENT) {
+                self.index.remove(&hash);
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     hash: u64,
@@ -223,7 +293,6 @@ struct Mini {
     /// Main's victim: the least frequent of this many oldest candidates.
     pick: usize,
     slots: Vec<Entry>,
-    index: HashMap<u64, u32, ahash::RandomState>,
     pools: [EvictionPool; 2],
     rng: XorShift64,
     clock: u64,
@@ -238,10 +307,6 @@ impl Mini {
             share,
             pick,
             slots: Vec::with_capacity(capacity),
-            index: HashMap::with_capacity_and_hasher(
-                capacity,
-                ahash::RandomState::with_seeds(9, 8, 7, 6),
-            ),
             pools: [EvictionPool::new(POOL), EvictionPool::new(POOL)],
             rng: XorShift64::new(seed),
             clock: 0,
@@ -254,11 +319,12 @@ impl Mini {
         (self.share * self.capacity as f64).round() as usize
     }
 
-    /// One request, already recorded in `sk`; true on a hit.
-    fn access(&mut self, hash: u64, sk: &FrequencySketch) -> bool {
+    /// One request, already recorded in `sk`, for a key this copy holds at `held`
+    /// ([`ABSENT`] if not); true on a hit.
+    fn access(&mut self, hash: u64, held: u16, sk: &FrequencySketch, mut at: Place<'_>) -> bool {
         self.clock += 1;
-        if let Some(&i) = self.index.get(&hash) {
-            let e = &mut self.slots[i as usize];
+        if held != ABSENT {
+            let e = &mut self.slots[usize::from(held)];
             if !e.window && !e.protected {
                 e.protected = true;
                 self.protected_len += 1;
@@ -270,15 +336,15 @@ impl Mini {
         }
         if self.slots.len() < self.capacity {
             let window = self.window_len < self.target();
-            self.push(hash, window);
+            self.push(hash, window, &mut at);
         } else {
-            self.evict_for(hash, sk);
+            self.evict_for(hash, sk, &mut at);
         }
         false
     }
 
-    fn push(&mut self, hash: u64, window: bool) {
-        self.index.insert(hash, self.slots.len() as u32);
+    fn push(&mut self, hash: u64, window: bool, at: &mut Place<'_>) {
+        at.set(hash, self.slots.len());
         self.slots.push(Entry {
             hash,
             stamp: self.clock,
@@ -288,11 +354,11 @@ impl Mini {
         self.window_len += usize::from(window);
     }
 
-    fn replace(&mut self, i: usize, hash: u64, window: bool) {
+    fn replace(&mut self, i: usize, hash: u64, window: bool, at: &mut Place<'_>) {
         let old = self.slots[i];
         self.protected_len -= usize::from(old.protected);
         self.window_len -= usize::from(old.window);
-        self.index.remove(&old.hash);
+        at.clear(old.hash);
         self.window_len += usize::from(window);
         self.slots[i] = Entry {
             hash,
@@ -300,7 +366,7 @@ impl Mini {
             window,
             protected: false,
         };
-        self.index.insert(hash, i as u32);
+        at.set(hash, i);
     }
 
     /// Pools entry `i` in its region; a main candidate the pool takes carries its sketch count
@@ -397,7 +463,7 @@ impl Mini {
         f.checked_shr(halvings.min(8) as u32).unwrap_or(0)
     }
 
-    fn evict_for(&mut self, hash: u64, sk: &FrequencySketch) {
+    fn evict_for(&mut self, hash: u64, sk: &FrequencySketch, at: &mut Place<'_>) {
         self.sample(sk);
         let target = self.target();
         // A share lower than the window's length is reached by demoting its oldest entries.
@@ -421,24 +487,24 @@ impl Mini {
                         self.slots[c].window = false;
                         self.window_len -= 1;
                         self.offer(c, sk);
-                        self.replace(v, hash, true);
+                        self.replace(v, hash, true, at);
                     } else {
                         // The victim stays the one to beat.
                         self.offer(v, sk);
-                        self.replace(c, hash, true);
+                        self.replace(c, hash, true, at);
                     }
                 }
                 (None, Some(v)) => {
                     if sk.frequency(hash) > self.victim_frequency(v, sk) {
-                        self.replace(v, hash, false);
+                        self.replace(v, hash, false, at);
                     } else {
                         self.offer(v, sk);
                     }
                 }
-                (Some(c), None) => self.replace(c, hash, true),
+                (Some(c), None) => self.replace(c, hash, true, at),
                 (None, None) => {
                     let v = self.rng.below(self.slots.len());
-                    self.replace(v, hash, true);
+                    self.replace(v, hash, true, at);
                 }
             }
         } else {
@@ -449,7 +515,7 @@ impl Mini {
                     None => self.rng.below(self.slots.len()),
                 },
             };
-            self.replace(v, hash, true);
+            self.replace(v, hash, true, at);
         }
     }
 }
@@ -526,13 +592,22 @@ mod tests {
     fn a_copy_never_holds_more_than_its_capacity() {
         let mut mini = Mini::new(100, 0.25, LFU_PICK, 3);
         let sk = FrequencySketch::shaped(100, SKETCH_PERIOD, SKETCH_WIDTH, true);
+        let mut index = Index::default();
         for i in 0..50_000u64 {
             let h = zipf_like(i, 2_000);
             let counted = sk.record_exclusive(h);
             sk.add_exclusive(u64::from(counted));
-            mini.access(h, &sk);
+            let held = index.get(&h).map_or(ABSENT, |p| p[1]);
+            let place = Place {
+                index: &mut index,
+                copy: 1,
+            };
+            mini.access(h, held, &sk, place);
             assert!(mini.slots.len() <= 100);
-            assert_eq!(mini.index.len(), mini.slots.len());
+            assert_eq!(index.len(), mini.slots.len());
+            for (i, e) in mini.slots.iter().enumerate() {
+                assert_eq!(index.get(&e.hash).map(|p| p[1]), Some(i as u16));
+            }
             let window = mini.slots.iter().filter(|e| e.window).count();
             assert_eq!(window, mini.window_len);
             let protected = mini.slots.iter().filter(|e| e.protected).count();

@@ -228,13 +228,16 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     #[must_use]
     fn touch<const HOOKED: bool>(
         &self,
+        policy: Option<&State>,
         s: &Slot<K, V>,
         me: Option<&Stripe>,
         hash: u64,
         now: u64,
     ) -> bool {
-        match &self.hit_buffers {
-            Some(buffers) if HOOKED => self.touch_adaptive(buffers, s, me, hash, now),
+        match (&self.hit_buffers, policy) {
+            (Some(buffers), Some(st)) if HOOKED => {
+                self.touch_adaptive(buffers, st, s, me, hash, now)
+            }
             _ => {
                 s.touch(now, self.recency_ms);
                 false
@@ -266,21 +269,22 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         }
     }
 
-    /// The adaptive policy's hit: the entry's own stamp word, and this thread's hit buffer
-    /// for the shard (a thread without a stripe of its own buffers nothing: the overflow
-    /// stripe's buffer would be shared).
+    /// The adaptive policy's hit: the entry's own stamp word (its resident count), and this
+    /// thread's hit buffer for the shard (a thread without a stripe of its own buffers
+    /// nothing: the overflow stripe's buffer would be shared).
     #[inline]
     fn touch_adaptive(
         &self,
         buffers: &HitBuffers,
+        st: &State,
         s: &Slot<K, V>,
         me: Option<&Stripe>,
         hash: u64,
         now: u64,
     ) -> bool {
-        let window = s.touch_flagged(now, self.recency_ms);
+        let (window, raised) = s.touch_flagged(now, self.recency_ms, st.sketch.ages());
         me.and_then(|m| buffers.get(m.index))
-            .is_some_and(|b| b.push(hash, window))
+            .is_some_and(|b| b.push(window, raised, st.minis.sampled(hash).then_some(hash)))
     }
 
     #[inline]
@@ -336,7 +340,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 s.hit(now, t.hit_gate_ms(), || t.idle_of(i), self.recency_ms)
             };
             if fresh {
-                let full = HOOKED && self.touch::<HOOKED>(s, me, hash, now);
+                let full = HOOKED && self.touch::<HOOKED>(t.adaptive.as_deref(), s, me, hash, now);
                 self.tally.record_as(me, Event::Fresh);
                 let value = s.value.clone();
                 drop(t);
@@ -389,7 +393,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             let idle_ms = t.idle_of(i);
             if now < s.usable_until(swr_ms) && s.idle_ok(now, idle_ms) {
                 let expires_at = s.deadline(idle_ms);
-                let full = self.touch::<HOOKED>(s, me, hash, now);
+                let full = self.touch::<HOOKED>(t.adaptive.as_deref(), s, me, hash, now);
                 let stale = now >= s.expires_at;
                 if stale {
                     self.tally.record_as(me, Event::Stale);
@@ -469,7 +473,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 // An entry idle past its time-to-idle is gone, not stale.
                 let idle_ok = s.idle_ok(now, t.idle_of(i));
                 if now < s.expires_at && idle_ok {
-                    let full = self.touch::<HOOKED>(s, me, hash, now);
+                    let full = self.touch::<HOOKED>(t.adaptive.as_deref(), s, me, hash, now);
                     self.tally.record_as(me, Event::Fresh);
                     let value = s.value.clone();
                     drop(t);
@@ -479,7 +483,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                     return Probe::Fresh(value);
                 }
                 if now < s.usable_until(swr_ms) && idle_ok {
-                    let full = self.touch::<HOOKED>(s, me, hash, now);
+                    let full = self.touch::<HOOKED>(t.adaptive.as_deref(), s, me, hash, now);
                     self.tally.record_as(me, Event::Stale);
                     let probe = Probe::Stale {
                         value: s.value.clone(),
@@ -666,13 +670,14 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         // Adaptive policy: the miss drains this thread's hits into the sketch and moves the
         // window's target on a ghost; the newcomer enters the window while it is below target.
         let mut window = false;
+        let mut count = 0;
         if let Some(st) = t.adaptive.as_deref_mut() {
             let buffer = self
                 .hit_buffers
                 .as_ref()
                 .zip(self.tally.mine())
                 .and_then(|(b, me)| b.get(me.index));
-            st.on_miss(hash, buffer, now);
+            count = st.on_miss(hash, buffer, now);
             window = (st.window_len as f64) < st.target;
         }
         while credit < need || t.len() - old_len >= MAX_ENTRIES {
@@ -728,7 +733,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 let slot = Slot::new(key, value, expires_at, now);
                 let victim = Removed::Value(t.replace_victim(i, slot, hash, weight));
                 t.set_idle(i, idle_ms);
-                t.place(i, window);
+                t.place(i, window, count);
                 self.budget.give(credit + victim_weight - weight);
                 drop(t);
                 self.count_removal(&victim, now);
@@ -749,7 +754,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 t.push_value(Slot::new(key, value, expires_at, now), hash, weight);
                 let last = t.len_values() - 1;
                 t.set_idle(last, idle_ms);
-                t.place(last, window);
+                t.place(last, window, count);
             }
             Stored::Error(error) => t.push_error(ErrorSlot::new(key, error, hash, expires_at, now)),
         }
@@ -1604,8 +1609,8 @@ mod tests {
     }
 
     /// Main's victim is the least frequent of the oldest pooled candidates, not the oldest:
-    /// an old key the sketch counts as frequent outlives newer rare ones. (Picking the oldest,
-    /// the frequent key would be the victim every newcomer duels, and loses to, for good.)
+    /// an old key counted as frequent outlives newer rare ones. (Picking the oldest, the
+    /// frequent key would be the victim every newcomer duels, and loses to, for good.)
     #[test]
     fn adaptive_victim_is_the_least_frequent_of_the_oldest() {
         let s = full_adaptive_shard();
@@ -1617,8 +1622,14 @@ mod tests {
                 st.sketch.record(h(k), None);
             }
         };
-        // Key 0, the oldest entry, is frequent; each newcomer has been asked for twice.
-        record(0, 20);
+        // Key 0, the oldest entry, is frequent (its resident count, as 16 hits leave it, with
+        // no hit's stamp or protection); each newcomer has been asked for twice.
+        {
+            let t = s.table.write();
+            let i = t.find_value(h(0), &0).expect("key 0");
+            let ages = t.adaptive.as_ref().map_or(0, |st| st.sketch.ages());
+            t.slot(i).set_count(crate::adaptive::MAX_FREQUENCY, ages);
+        }
         let mut stored = 0;
         for k in 1000..1020 {
             record(k, 2);
@@ -1666,24 +1677,31 @@ mod tests {
         assert!(t.len() <= 300);
     }
 
-    /// Issue 17: an adaptive hit writes only its thread's own memory: its stripe (lock mark,
-    /// counters) and its hit buffer for the shard; the entry's stamp word only when the stamp
-    /// is a resolution old or a main entry is first protected. The one exception is the hit
-    /// that fills the buffer (one in `HIT_BUFFER` of a thread's hits): it drains the buffer
-    /// under the shard's write lock, if that is free at once.
+    /// Issue 17: an adaptive hit writes only its thread's own memory (its stripe: lock mark,
+    /// counters; its hit buffer for the shard) and its entry's own stamp word: that only while
+    /// the entry's resident count rises (at most 16 hits per sketch aging), its stamp is a
+    /// resolution old or a main entry is first protected. The one exception is the hit that
+    /// fills the buffer (one in `HIT_BUFFER` of the hits the simulations sample): it drains the
+    /// buffer under the shard's write lock, if that is free at once.
     #[test]
     fn an_adaptive_hit_writes_only_its_threads_stripe_and_hit_buffer() {
-        use crate::adaptive::HIT_BUFFER;
+        use crate::adaptive::{HIT_BUFFER, MAX_FREQUENCY};
         let s = adaptive_shard(1000);
         let c = cfg();
-        for k in 0..100 {
+        // Keys the simulations sample: each hit on one is buffered.
+        let sampled = |k: &u64| {
+            let t = s.table.read();
+            t.adaptive
+                .as_ref()
+                .is_some_and(|st| st.minis.sampled(h(*k)))
+        };
+        let keys: Vec<u64> = (0..10_000).filter(sampled).take(HIT_BUFFER).collect();
+        let unsampled = (0..10_000)
+            .find(|k| !sampled(k))
+            .expect("a key not sampled");
+        for &k in keys.iter().chain([&unsampled]) {
             write_value(&s, k, NEVER, 1, 0, &c, WriteMode::Plain);
         }
-        for k in 0..100 {
-            assert_eq!(s.get(h(k), &k, 0), Some(k)); // protects it (its first main hit)
-        }
-        // An insert drains this thread's buffer: the hits below start it empty.
-        write_value(&s, 1000, NEVER, 1, 0, &c, WriteMode::Plain);
         let me = s.tally.mine().expect("a test thread has a stripe");
         let stripe = std::ptr::from_ref(me) as usize;
         let stripe = stripe..stripe + std::mem::size_of::<CachePadded<Stripe>>();
@@ -1695,12 +1713,38 @@ mod tests {
                 .filter(|a| !stripe.contains(a) && !buffer.contains(a))
                 .collect()
         };
+        let word_of = |k: u64| {
+            let t = s.table.read();
+            t.slot(t.find_value(h(k), &k).expect("stored"))
+                .stamp_word_addr()
+        };
+        let count_of = |k: u64| {
+            let t = s.table.read();
+            let ages = t.adaptive.as_ref().map_or(0, |st| st.sketch.ages());
+            t.slot(t.find_value(h(k), &k).expect("stored"))
+                .resident_count(ages)
+        };
+        // A hit on an entry whose count is below the maximum raises it in its own word, and
+        // writes nothing else shared; a hit the simulations do not sample buffers nothing.
+        let before = count_of(unsampled);
+        let (_, writes) = crate::atomic::writes_during(|| s.get(h(unsampled), &unsampled, 0));
+        assert_eq!(shared(&writes), vec![word_of(unsampled)]);
+        assert_eq!(count_of(unsampled), before + 1);
+        // Saturate every count, then let an insert drain this thread's buffer.
+        for _ in 0..=MAX_FREQUENCY {
+            for &k in &keys {
+                assert_eq!(s.get(h(k), &k, 0), Some(k));
+            }
+        }
+        assert!(keys.iter().all(|&k| count_of(k) == MAX_FREQUENCY));
+        write_value(&s, 1_000_000, NEVER, 1, 0, &c, WriteMode::Plain);
         let requests = || s.table.read().adaptive.as_ref().map(|st| st.requests);
         let before = requests();
-        // Three hits a key (get, lookup, probe), up to one short of a full buffer.
+        // Hits on hot entries (get, lookup, probe), up to one short of a full buffer: nothing
+        // shared is written.
         let ((), writes) = crate::atomic::writes_during(|| {
-            for k in 0..(HIT_BUFFER as u64 - 1) {
-                match k % 3 {
+            for (n, &k) in keys[..HIT_BUFFER - 1].iter().enumerate() {
+                match n % 3 {
                     0 => assert_eq!(s.get(h(k), &k, 0), Some(k)),
                     1 => assert!(s.lookup(h(k), &k, 0, 0).is_some()),
                     _ => assert!(matches!(s.probe(h(k), &k, 0, 0), Probe::Fresh(_))),
@@ -1715,7 +1759,8 @@ mod tests {
         assert_eq!(shared(&writes), Vec::<usize>::new());
         assert_eq!(requests(), before, "nothing drained yet");
         // The hit that fills the buffer drains it into the policy under the write lock.
-        let ((), writes) = crate::atomic::writes_during(|| assert_eq!(s.get(h(5), &5, 0), Some(5)));
+        let k = keys[HIT_BUFFER - 1];
+        let ((), writes) = crate::atomic::writes_during(|| assert_eq!(s.get(h(k), &k, 0), Some(k)));
         assert!(!shared(&writes).is_empty(), "the drain writes the shard");
         assert_eq!(
             requests(),

@@ -27,7 +27,9 @@ use std::hash::Hash;
 
 use hashbrown::HashTable;
 
-use crate::adaptive::{FLAGS, PROTECTED, STAMP, State, WINDOW};
+use crate::adaptive::{
+    FLAGS, MAX_FREQUENCY, META, PROTECTED, STAMP, State, WINDOW, resident_count, with_count,
+};
 use crate::fence::WriteLog;
 use crate::minisim::LFU_PICK;
 use crate::pool::{Candidate, EvictionPool};
@@ -82,35 +84,66 @@ impl<K, V> Slot<K, V> {
         }
     }
 
-    /// [`touch`](Self::touch) for the adaptive policy, whose flags share the stamp's word:
-    /// keeps them, and protects a main entry on its first hit (one more store of the entry's
-    /// own word, once). Returns whether the entry is in the window.
+    /// [`touch`](Self::touch) for the adaptive policy, whose flags and resident count share
+    /// the stamp's word (`ages`: the policy sketch's halvings now): keeps the flags, protects
+    /// a main entry on its first hit and raises the entry's count until it saturates (stores
+    /// of the entry's own word: none for a hot entry, at most 16 per sketch aging for any).
+    /// Returns whether the entry is in the window and whether the hit raised its count.
     #[inline]
-    pub(crate) fn touch_flagged(&self, now: u64, every_ms: u64) -> bool {
+    pub(crate) fn touch_flagged(&self, now: u64, every_ms: u64, ages: u64) -> (bool, bool) {
         let w = self.last_access.load(Ordering::Relaxed);
-        // One test for the common hit (a window entry or a protected main one, stamped
-        // within the resolution): no flags to change, no store.
-        if w & FLAGS == 0 || now.saturating_sub(w & STAMP) >= every_ms {
-            self.restamp(w, now, every_ms);
+        // One test for the common hit on a hot entry (in the window or protected, its count
+        // saturated, stamped within the resolution): nothing to change, no store.
+        if w & FLAGS == 0
+            || resident_count(w, ages) < MAX_FREQUENCY
+            || now.saturating_sub(w & STAMP) >= every_ms
+        {
+            return self.restamp(w, now, every_ms, ages);
         }
-        w & WINDOW != 0
+        (w & WINDOW != 0, false)
     }
 
     /// The rest of [`touch_flagged`](Self::touch_flagged): a new stamp if the old one is a
-    /// resolution old, protection for a main entry's first hit.
+    /// resolution old, protection for a main entry's first hit, a raised count.
     #[inline(never)]
-    fn restamp(&self, w: u64, now: u64, every_ms: u64) {
+    fn restamp(&self, w: u64, now: u64, every_ms: u64, ages: u64) -> (bool, bool) {
         let mut new = w;
         if now.saturating_sub(w & STAMP) >= every_ms {
-            new = now | (w & FLAGS);
+            new = now | (w & META);
         }
         if w & WINDOW == 0 {
             new |= PROTECTED;
         }
-        // Under the read lock: a racing hit may store its own stamp over this one (one of the
-        // two protections survives, the other hit's flag is lost: only a missed promotion).
-        // Flags change otherwise only under the write lock.
+        let count = resident_count(w, ages);
+        let raised = count < MAX_FREQUENCY;
+        new = with_count(new, (count + 1).min(MAX_FREQUENCY), ages);
+        // Under the read lock: a racing hit may store its own word over this one (one of the
+        // two protections survives, the other hit's flag is lost: only a missed promotion; one
+        // raise is lost: a count a little low). Flags change otherwise only under the write
+        // lock.
         self.last_access.store(new, Ordering::Relaxed);
+        (w & WINDOW != 0, raised)
+    }
+
+    /// The resident count in the stamp word (adaptive policy), as of `ages` halvings.
+    #[inline]
+    pub(crate) fn resident_count(&self, ages: u64) -> u8 {
+        resident_count(self.last_access.load(Ordering::Relaxed), ages)
+    }
+
+    /// Sets the resident count (under the write lock: a new entry's, from the sketch).
+    #[inline]
+    pub(crate) fn set_count(&self, count: u8, ages: u64) {
+        let w = self.last_access.load(Ordering::Relaxed);
+        self.last_access
+            .store(with_count(w, count, ages), Ordering::Relaxed);
+    }
+
+    /// The policy's bits of the stamp word (flags and resident count), which a new value of
+    /// the same key takes over.
+    #[inline]
+    fn meta(&self) -> u64 {
+        self.last_access.load(Ordering::Relaxed) & META
     }
 
     /// The stamp word's flags (adaptive policy).
@@ -122,6 +155,12 @@ impl<K, V> Slot<K, V> {
     #[cfg(all(test, not(herd_loom)))]
     pub(crate) fn flags_for_test(&self) -> u64 {
         self.flags()
+    }
+
+    /// The address of the stamp word (tests: which memory a hit wrote).
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) fn stamp_word_addr(&self) -> usize {
+        std::ptr::from_ref(&self.last_access) as usize
     }
 
     /// Sets (`on`) or clears `flag` (under the write lock).
@@ -497,21 +536,22 @@ impl<K: Eq + Hash, V> Table<K, V> {
     }
 
     /// Replaces the value at `i` by a new value of the same key, which keeps the old one's
-    /// region and protection (adaptive policy).
+    /// region, protection and resident count (adaptive policy).
     pub(crate) fn update_value(&mut self, i: usize, slot: Slot<K, V>, weight: u64) -> Slot<K, V> {
         if self.adaptive.is_some() {
-            slot.set_flag(self.slots[i].flags(), true);
+            slot.set_flag(self.slots[i].meta(), true);
         }
         self.replace_value(i, slot, weight)
     }
 
-    /// Puts the value at `i` in the window (`window`) or main (adaptive policy; nothing
-    /// otherwise).
-    pub(crate) fn place(&mut self, i: usize, window: bool) {
+    /// Puts the new value at `i` in the window (`window`) or main with resident count
+    /// `count` (adaptive policy; nothing otherwise).
+    pub(crate) fn place(&mut self, i: usize, window: bool, count: u8) {
         if let Some(st) = &mut self.adaptive {
             let s = &self.slots[i];
             let was = s.flags() & WINDOW != 0;
             s.set_flag(WINDOW, window);
+            s.set_count(count, st.sketch.ages());
             st.window_len = st.window_len + u64::from(window) - u64::from(was);
         }
     }
@@ -904,7 +944,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
             let v = self.main_victim(st, now, exclude);
             match (c, v) {
                 (Some(c), Some(v)) => {
-                    if st.sketch.frequency(self.hash_of(c)) > self.victim_frequency(st, v) {
+                    if self.count_at(st, c) > self.victim_frequency(st, v) {
                         // The window's candidate joins main; main's victim leaves.
                         self.promote(st, c, now);
                         Pick::Evict {
@@ -954,6 +994,9 @@ impl<K: Eq + Hash, V> Table<K, V> {
                 window: true,
             }
         };
+        if let Pick::Evict { at, .. } = pick {
+            self.fold(st, at);
+        }
         Some(pick)
     }
 
@@ -1015,15 +1058,36 @@ impl<K: Eq + Hash, V> Table<K, V> {
             At::Value(i) => self.slots[i].last_access.load(Ordering::Relaxed) & STAMP,
             At::Error(i) => self.errors[i].stored_at,
         };
-        st.victim_frequency(self.hash_of(at), stamp)
+        st.victim_frequency(self.count_at(st, at), stamp)
     }
 
-    /// Offers main entry `at` to main's pool at `rank`, with its sketch count if the pool
-    /// takes it (the count is read only then: most samples are turned away by the bar).
+    /// The policy's count of `at`: a value's resident count, the sketch's estimate of a cached
+    /// error's key (errors keep no count of their own).
+    #[inline]
+    fn count_at(&self, st: &State, at: At) -> u8 {
+        match at {
+            At::Value(i) => self.slots[i].resident_count(st.sketch.ages()),
+            At::Error(_) => st.sketch.frequency(self.hash_of(at)),
+        }
+    }
+
+    /// Folds the resident count of `at`, which the policy evicts, back into the sketch: the
+    /// key is remembered as if its hits had been recorded.
+    fn fold(&self, st: &State, at: At) {
+        if let At::Value(i) = at {
+            let count = self.slots[i].resident_count(st.sketch.ages());
+            if count > 0 {
+                st.sketch.fold_exclusive(self.hash_of(at), count);
+            }
+        }
+    }
+
+    /// Offers main entry `at` to main's pool at `rank`, with its count if the pool takes it
+    /// (the count is read only then: most samples are turned away by the bar).
     #[inline]
     fn offer_main(&mut self, st: &State, at: At, rank: u64) {
         if rank < self.pool.bar() {
-            let freq = st.sketch.frequency(self.hash_of(at));
+            let freq = self.count_at(st, at);
             self.pool.admit(Candidate {
                 rank,
                 idx: at.encode(),
