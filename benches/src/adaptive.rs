@@ -482,6 +482,10 @@ pub struct Config {
     /// resident entry's frequency is its own count. What a get would cost: a write to its own
     /// entry (none once the count saturates), no sketch line.
     pub resident: bool,
+    /// With `resident`: only a hit that rewrites the entry's stamp (one at least `resolution`
+    /// requests after the last) raises its count, so a hit writes its entry at most once per
+    /// resolution, as the default policy's hit does.
+    pub resident_gated: bool,
     /// Hits go to a buffer of this many hashes instead of the sketch, drained into the sketch
     /// at the next miss (the insert path, which holds the shard's write lock anyway); hits that
     /// find it full are dropped, as Caffeine's read buffer drops them. 0 records at once. This is
@@ -633,6 +637,7 @@ impl Config {
             doorkeeper: true,
             hit_record: 1,
             resident: false,
+            resident_gated: false,
             hit_buffer: 0,
             thin_misses: false,
             slru_sampled_share: false,
@@ -1439,10 +1444,11 @@ impl Policy for Adaptive {
                 e.protected = true;
                 self.protected_len += 1;
             }
-            if self.clock - e.stamp >= self.cfg.resolution {
+            let restamped = self.clock - e.stamp >= self.cfg.resolution;
+            if restamped {
                 e.stamp = self.clock;
             }
-            if self.cfg.resident && self.uses_sketch() {
+            if self.cfg.resident && self.uses_sketch() && (restamped || !self.cfg.resident_gated) {
                 let ages = self.sketch.ages;
                 let e = &mut self.slots[idx as usize];
                 let now = e.freq.checked_shr(ages - e.fage).unwrap_or(0);
@@ -1452,6 +1458,8 @@ impl Policy for Adaptive {
                 if raised || !self.sketch.count_added_only {
                     self.sketch.tick();
                 }
+            } else if self.cfg.resident {
+                // Gated: a hit within the resolution writes nothing, its count included.
             } else if self.uses_sketch() && self.cfg.hit_buffer > 0 {
                 self.pending_hits += 1;
                 if self.pending.len() < self.cfg.hit_buffer {

@@ -180,19 +180,24 @@ fn contenders(opts: &Options) -> Vec<Contender> {
         }));
     }
     // The lab's model of the adaptive policy as the store runs it (`policylab --cand
-    // minisim,sshare=1,resident=1`: protected share estimated from the samples, hits counted
-    // in their entries; the store drains a full hit buffer, so no hit is lost).
-    list.push(contender("lab adaptive minisim (sshare=1, resident=1)", |c| {
-        Box::new(Adaptive::new(
-            c,
-            AdaptiveConfig {
-                slru_sampled_share: true,
-                resident: true,
-                ..AdaptiveConfig::minisim()
-            },
-            42,
-        ))
-    }));
+    // minisim,sshare=1,resident=2`: protected share estimated from the samples, hits counted
+    // in their entries once per resolution; the store drains a full hit buffer, so no hit is
+    // lost).
+    list.push(contender(
+        "lab adaptive minisim (sshare=1, resident=2)",
+        |c| {
+            Box::new(Adaptive::new(
+                c,
+                AdaptiveConfig {
+                    slru_sampled_share: true,
+                    resident: true,
+                    resident_gated: true,
+                    ..AdaptiveConfig::minisim()
+                },
+                42,
+            ))
+        },
+    ));
     if !opts.model {
         return with_peers(list, opts.peers);
     }

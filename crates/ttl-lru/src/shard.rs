@@ -1641,6 +1641,56 @@ mod tests {
         assert!(stored >= 15, "{stored} of 20 newcomers stored");
     }
 
+    /// A new entry's resident count starts at what the sketch remembers of its key (its
+    /// misses, and counts folded back by earlier evictions), and an evicted entry folds its
+    /// count back into the sketch: a key that returns is judged by its hits while resident.
+    #[test]
+    fn adaptive_resident_count_starts_at_the_sketch_and_folds_back_on_eviction() {
+        let s = full_adaptive_shard();
+        let all = ShardConfig {
+            samples: 100,
+            swr_ms: 0,
+        };
+        let ages = |t: &Table<u64, u64>| t.adaptive.as_ref().map_or(0, |st| st.sketch.ages());
+        let sketch_of = |k: u64| {
+            let t = s.table.read();
+            t.adaptive.as_ref().map(|st| st.sketch.frequency(h(k)))
+        };
+        let count_of = |k: u64| {
+            let t = s.table.read();
+            let i = t.find_value(h(k), &k).expect("stored");
+            t.slot(i).resident_count(ages(&t))
+        };
+        // A newcomer asked for three times before: its count is the sketch's estimate.
+        {
+            let mut t = s.table.write();
+            let st = t.adaptive.as_deref_mut().expect("adaptive");
+            for _ in 0..3 {
+                st.sketch.record(h(500), None);
+            }
+        }
+        let out = write_value(&s, 500, NEVER, 1, 150, &all, WriteMode::Plain);
+        assert_eq!(out, WriteOutcome::Stored);
+        assert_eq!(Some(count_of(500)), sketch_of(500));
+        assert!(count_of(500) >= 3);
+        // Key 7 counts 9 hits, every other key 16: main's least frequent, it is evicted, and
+        // the sketch, which held only its miss, now remembers the 9.
+        {
+            let t = s.table.write();
+            let now = ages(&t);
+            for k in (0..100).chain([500]) {
+                let Some(i) = t.find_value(h(k), &k) else {
+                    continue;
+                };
+                t.slot(i).set_count(if k == 7 { 9 } else { 16 }, now);
+            }
+        }
+        assert!(sketch_of(7) < Some(9));
+        assert_eq!(s.evict_for_budget(1, 200, &all), 1);
+        assert!(!s.contains(h(7), &7, 200), "the least frequent left");
+        assert_eq!(sketch_of(7), Some(9));
+    }
+
     /// A victim that wins its duel stays pooled, the one the next newcomer must beat (as
     /// moka's LRU head stays put): a loop's newcomers keep losing to it instead of each
     /// evicting a key the loop needs sooner.
@@ -1678,14 +1728,14 @@ mod tests {
     }
 
     /// Issue 17: an adaptive hit writes only its thread's own memory (its stripe: lock mark,
-    /// counters; its hit buffer for the shard) and its entry's own stamp word: that only while
-    /// the entry's resident count rises (at most 16 hits per sketch aging), its stamp is a
-    /// resolution old or a main entry is first protected. The one exception is the hit that
+    /// counters; its hit buffer for the shard) and its entry's own stamp word: that only when
+    /// its stamp is a resolution old (a new stamp and a raised resident count) or a main entry
+    /// is first protected. The one exception is the hit that
     /// fills the buffer (one in `HIT_BUFFER` of the hits the simulations sample): it drains the
     /// buffer under the shard's write lock, if that is free at once.
     #[test]
     fn an_adaptive_hit_writes_only_its_threads_stripe_and_hit_buffer() {
-        use crate::adaptive::{HIT_BUFFER, MAX_FREQUENCY};
+        use crate::adaptive::HIT_BUFFER;
         let s = adaptive_shard(1000);
         let c = cfg();
         // Keys the simulations sample: each hit on one is buffered.
@@ -1724,24 +1774,27 @@ mod tests {
             t.slot(t.find_value(h(k), &k).expect("stored"))
                 .resident_count(ages)
         };
-        // A hit on an entry whose count is below the maximum raises it in its own word, and
-        // writes nothing else shared; a hit the simulations do not sample buffers nothing.
+        // A main entry's first hit protects it, in its own word and nothing else shared (a
+        // hit the simulations do not sample buffers nothing); within the resolution a hit
+        // writes nothing shared; a resolution later it stamps the entry and raises its count.
         let before = count_of(unsampled);
         let (_, writes) = crate::atomic::writes_during(|| s.get(h(unsampled), &unsampled, 0));
         assert_eq!(shared(&writes), vec![word_of(unsampled)]);
+        let (_, writes) = crate::atomic::writes_during(|| s.get(h(unsampled), &unsampled, 199));
+        assert_eq!(shared(&writes), Vec::<usize>::new());
+        assert_eq!(count_of(unsampled), before);
+        let (_, writes) = crate::atomic::writes_during(|| s.get(h(unsampled), &unsampled, 200));
+        assert_eq!(shared(&writes), vec![word_of(unsampled)]);
         assert_eq!(count_of(unsampled), before + 1);
-        // Saturate every count, then let an insert drain this thread's buffer.
-        for _ in 0..=MAX_FREQUENCY {
-            for &k in &keys {
-                assert_eq!(s.get(h(k), &k, 0), Some(k));
-            }
+        // Protect every key, then let an insert drain this thread's buffer.
+        for &k in &keys {
+            assert_eq!(s.get(h(k), &k, 0), Some(k));
         }
-        assert!(keys.iter().all(|&k| count_of(k) == MAX_FREQUENCY));
         write_value(&s, 1_000_000, NEVER, 1, 0, &c, WriteMode::Plain);
         let requests = || s.table.read().adaptive.as_ref().map(|st| st.requests);
         let before = requests();
-        // Hits on hot entries (get, lookup, probe), up to one short of a full buffer: nothing
-        // shared is written.
+        // Hits on protected entries within the resolution (get, lookup, probe), up to one
+        // short of a full buffer: nothing shared is written.
         let ((), writes) = crate::atomic::writes_during(|| {
             for (n, &k) in keys[..HIT_BUFFER - 1].iter().enumerate() {
                 match n % 3 {

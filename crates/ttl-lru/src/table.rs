@@ -86,37 +86,38 @@ impl<K, V> Slot<K, V> {
 
     /// [`touch`](Self::touch) for the adaptive policy, whose flags and resident count share
     /// the stamp's word (`ages`: the policy sketch's halvings now): keeps the flags, protects
-    /// a main entry on its first hit and raises the entry's count until it saturates (stores
-    /// of the entry's own word: none for a hot entry, at most 16 per sketch aging for any).
-    /// Returns whether the entry is in the window and whether the hit raised its count.
+    /// a main entry on its first hit, and with a new stamp (at most once per resolution, as
+    /// the default's hit) raises the entry's count. Returns whether the entry is in the window
+    /// and whether the hit raised its count.
+    ///
+    /// A count raised on every hit was measured first: the lab found the two level (worst
+    /// cell -0.52 every hit, -0.48 gated), but writing the entry on every hit of a cold key
+    /// cost 40 ns per get at 1M entries (`hitprobe`, uniform gets: each hit dirtied a line).
     #[inline]
     pub(crate) fn touch_flagged(&self, now: u64, every_ms: u64, ages: u64) -> (bool, bool) {
         let w = self.last_access.load(Ordering::Relaxed);
-        // One test for the common hit on a hot entry (in the window or protected, its count
-        // saturated, stamped within the resolution): nothing to change, no store.
-        if w & FLAGS == 0
-            || resident_count(w, ages) < MAX_FREQUENCY
-            || now.saturating_sub(w & STAMP) >= every_ms
-        {
+        // One test for the common hit (a window entry or a protected main one, stamped
+        // within the resolution): nothing to change, no store.
+        if w & FLAGS == 0 || now.saturating_sub(w & STAMP) >= every_ms {
             return self.restamp(w, now, every_ms, ages);
         }
         (w & WINDOW != 0, false)
     }
 
-    /// The rest of [`touch_flagged`](Self::touch_flagged): a new stamp if the old one is a
-    /// resolution old, protection for a main entry's first hit, a raised count.
+    /// The rest of [`touch_flagged`](Self::touch_flagged): protection for a main entry's
+    /// first hit; a new stamp and a raised count if the old stamp is a resolution old.
     #[inline(never)]
     fn restamp(&self, w: u64, now: u64, every_ms: u64, ages: u64) -> (bool, bool) {
         let mut new = w;
+        let mut raised = false;
         if now.saturating_sub(w & STAMP) >= every_ms {
-            new = now | (w & META);
+            let count = resident_count(w, ages);
+            raised = count < MAX_FREQUENCY;
+            new = with_count(now | (w & META), (count + 1).min(MAX_FREQUENCY), ages);
         }
         if w & WINDOW == 0 {
             new |= PROTECTED;
         }
-        let count = resident_count(w, ages);
-        let raised = count < MAX_FREQUENCY;
-        new = with_count(new, (count + 1).min(MAX_FREQUENCY), ages);
         // Under the read lock: a racing hit may store its own word over this one (one of the
         // two protections survives, the other hit's flag is lost: only a missed promotion; one
         // raise is lost: a count a little low). Flags change otherwise only under the write
