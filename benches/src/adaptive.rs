@@ -486,6 +486,9 @@ pub struct Config {
     /// requests after the last) raises its count, so a hit writes its entry at most once per
     /// resolution, as the default policy's hit does.
     pub resident_gated: bool,
+    /// A main entry is protected only by a hit a resolution after its stamp (so a hit writes
+    /// its entry at most once per resolution, protection included).
+    pub protect_gated: bool,
     /// Hits go to a buffer of this many hashes instead of the sketch, drained into the sketch
     /// at the next miss (the insert path, which holds the shard's write lock anyway); hits that
     /// find it full are dropped, as Caffeine's read buffer drops them. 0 records at once. This is
@@ -638,6 +641,7 @@ impl Config {
             hit_record: 1,
             resident: false,
             resident_gated: false,
+            protect_gated: false,
             hit_buffer: 0,
             thin_misses: false,
             slru_sampled_share: false,
@@ -1440,11 +1444,12 @@ impl Policy for Adaptive {
                 self.density.2 += 1;
                 self.main_hits_seen += 1;
             }
-            if self.cfg.slru && !e.window && !e.protected {
+            let restamped = self.clock - e.stamp >= self.cfg.resolution;
+            if self.cfg.slru && !e.window && !e.protected && (restamped || !self.cfg.protect_gated)
+            {
                 e.protected = true;
                 self.protected_len += 1;
             }
-            let restamped = self.clock - e.stamp >= self.cfg.resolution;
             if restamped {
                 e.stamp = self.clock;
             }

@@ -15,7 +15,8 @@
 //! `ghost=F` (ARC-style step per ghost hit), `climb=PERIOD/STEP` (Caffeine's hill climber),
 //! `min=F`, `max=F` (window share bounds), `k=N`, `pool=N`, `res=N`, `period=N` (sketch aging,
 //! x capacity), `door=0|1`, `hitrec=N` (record 1 hit in N), `resident=0|1|2` (hits raise the entry's own
-//! count instead of the sketch's: `Config::resident`; 2: only hits a resolution apart), `ghosts=F` (ghost slots per entry),
+//! count instead of the sketch's: `Config::resident`; 2: only hits a resolution apart),
+//! `pgate=0|1` (a main entry is protected only by a hit a resolution after its stamp), `ghosts=F` (ghost slots per entry),
 //! `density=PERIOD` (Caffeine's density climber), `marginal=REACH/STEP[/DRIFT]` (per-region
 //! marginal ghosts), `guard=PERIOD` and `gb=F` (shrink-only density guard and its threshold), `ga=F` (the guard also grows the window above
 //! this `ln` density ratio),
@@ -162,6 +163,7 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "period" => cfg.sketch_period = n()?,
             "door" => cfg.doorkeeper = n()? != 0,
             "hitrec" => cfg.hit_record = n()?.max(1),
+            "pgate" => cfg.protect_gated = n()? != 0,
             "resident" => {
                 let v = n()?;
                 cfg.resident = v != 0;

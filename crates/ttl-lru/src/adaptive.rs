@@ -49,10 +49,6 @@
 //! - hits are counted per (thread, shard) and added to the request clock and the sketch's
 //!   aging count when the buffer drains; a thread without a tally stripe of its own buffers
 //!   nothing (its hits still count as recency, in the entry's flags and its count);
-//! - the simulated copies record every sampled request in their one sketch, hits included
-//!   (`minisim.rs`): they model the policy as it was before resident counts, which the lab
-//!   measured within 0.2 point per cell of it (one sketch serves all 12 copies; with resident
-//!   counts each copy would need its own, recording its own misses);
 //! - the simulations are fed under a `try_lock` (a shard that finds another feeding drops its
 //!   samples) and see requests in the order the shards' drains deliver them;
 //! - the idle decay counts a shard's requests from checkpoints (every `capacity / 8` requests,
@@ -68,7 +64,7 @@
 //! word, whose 52 low bits keep the stamp); the sketch (4 rows of 4-bit counters over the next
 //! power of two of 8 x capacity, 16 to 32 bytes, plus a doorkeeper of 4 to 8 bytes); per
 //! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 12 copies of at most
-//! 1,000 simulated entries, about 0.7 MB at most) and a 384-byte hit buffer per (tally stripe,
+//! 1,000 simulated entries, each with its own sketch, about 0.9 MB at most) and a 384-byte hit buffer per (tally stripe,
 //! shard): (2P + 1) x 4P x 384 bytes with the default shard count on P cores (15 KB at 2
 //! cores, 0.8 MB at 16, 12.7 MB at 64: a large fixed cost for a small cache on a many-core
 //! machine, not yet sized down).

@@ -21,7 +21,8 @@
 //! Modelled first in `benches/src/adaptive.rs` (`Config::minisim()`); [`Mini`] is that model
 //! with the options it uses, the same as the store's eviction (`table.rs`): 10 adjacent samples
 //! plus a pool of 16 per region, a sampled SLRU main space, the least frequent of the 12 oldest
-//! main candidates as victim, a sticky victim, idle decay, the adaptive policy's sketch.
+//! main candidates as victim, a sticky victim, idle decay, the adaptive policy's sketch and
+//! its resident counts (each copy has its own sketch of its own misses, as the lab's copies do).
 //!
 //! One [`MiniSims`] per cache, shared by its shards: a shard feeds it the sampled hashes of
 //! the requests it records (the misses it inserts and the hits its threads drain), under the
@@ -29,12 +30,13 @@
 //! the estimate needs a sample of requests, not all of them). The share is published in an
 //! atomic word that every shard reads when it evicts (the pick in another). Memory: at most
 //! 12 x 1,000 simulated entries of 24 bytes, one index for all copies (a key's place in each:
-//! a sampled request is looked up once, not 12 times) and one sketch: about 0.6 MB at most. Work: 12 simulated accesses per sampled request, so 3 per request of a cache under
+//! a sampled request is looked up once, not 12 times) and 12 sketches of 24 KB: about 0.9 MB
+//! at most. Work: 12 simulated accesses per sampled request, so 3 per request of a cache under
 //! 4,000 entries, 12 per 1,000 requests of a 1M-entry cache.
 
 use std::collections::HashMap;
 
-use crate::admission::{FrequencySketch, fmix64};
+use crate::admission::{FrequencySketch, MAX_FREQUENCY, fmix64};
 use crate::pool::{Candidate, EvictionPool};
 use crate::rng::XorShift64;
 use crate::sync::Ordering;
@@ -96,9 +98,9 @@ struct Sims {
     /// Where each copy holds a key: one index for all of them (a sampled hit looks its key up
     /// once, not once per copy; [`ABSENT`] where a copy does not hold it).
     index: Index,
-    /// The copies' one sketch: they all record the same requests in the same order, so one
-    /// sketch is what each of them would hold (recorded once instead of 12 times).
-    sketch: FrequencySketch,
+    /// Each copy's sketch: as the policy's, it records the copy's misses (its hits raise
+    /// resident counts), so the copies' sketches differ.
+    sketches: Vec<FrequencySketch>,
     scores: [f64; COPIES],
     misses: [u64; COPIES],
     seen: u64,
@@ -125,7 +127,9 @@ impl MiniSims {
             sims: parking_lot::Mutex::new(Sims {
                 minis,
                 index: Index::with_capacity_and_hasher(4 * size as usize, MixState),
-                sketch: FrequencySketch::shaped(size, SKETCH_PERIOD, SKETCH_WIDTH, true),
+                sketches: (0..COPIES)
+                    .map(|_| FrequencySketch::shaped(size, SKETCH_PERIOD, SKETCH_WIDTH, true))
+                    .collect(),
                 scores: [0.0; COPIES],
                 misses: [0; COPIES],
                 seen: 0,
@@ -164,15 +168,18 @@ impl MiniSims {
         };
         let sims = &mut *sims;
         for &h in hashes {
-            let counted = sims.sketch.record_exclusive(h);
-            sims.sketch.add_exclusive(u64::from(counted));
             let held = sims.index.get(&h).copied().unwrap_or([ABSENT; COPIES]);
-            for (c, (m, misses)) in sims.minis.iter_mut().zip(&mut sims.misses).enumerate() {
+            let copies = sims
+                .minis
+                .iter_mut()
+                .zip(&sims.sketches)
+                .zip(&mut sims.misses);
+            for (c, ((m, sk), misses)) in copies.enumerate() {
                 let place = Place {
                     index: &mut sims.index,
                     copy: c,
                 };
-                if !m.access(h, held[c], &sims.sketch, place) {
+                if !m.access(h, held[c], sk, place) {
                     *misses += 1;
                 }
             }
@@ -271,6 +278,9 @@ impl Place<'_> {
 struct Entry {
     hash: u64,
     stamp: u64,
+    /// The resident count (`adaptive.rs`) and the sketch's halvings when it was written.
+    freq: u8,
+    fage: u32,
     window: bool,
     protected: bool,
 }
@@ -319,8 +329,10 @@ impl Mini {
         (self.share * self.capacity as f64).round() as usize
     }
 
-    /// One request, already recorded in `sk`, for a key this copy holds at `held`
-    /// ([`ABSENT`] if not); true on a hit.
+    /// One request for a key this copy holds at `held` ([`ABSENT`] if not), with the copy's
+    /// sketch `sk`; true on a hit. As the policy: a hit protects a main entry and, a
+    /// resolution after the last, stamps it and raises its resident count; a miss is recorded
+    /// in the sketch.
     fn access(&mut self, hash: u64, held: u16, sk: &FrequencySketch, mut at: Place<'_>) -> bool {
         self.clock += 1;
         if held != ABSENT {
@@ -331,41 +343,70 @@ impl Mini {
             }
             if self.clock - e.stamp >= RESOLUTION {
                 e.stamp = self.clock;
+                let ages = sk.ages() as u32;
+                let now = e.freq.checked_shr(ages.wrapping_sub(e.fage)).unwrap_or(0);
+                e.freq = (now + 1).min(MAX_FREQUENCY);
+                e.fage = ages;
+                if now < MAX_FREQUENCY {
+                    sk.add_exclusive(1);
+                }
             }
             return true;
         }
+        let counted = sk.record_exclusive(hash);
+        sk.add_exclusive(u64::from(counted));
         if self.slots.len() < self.capacity {
             let window = self.window_len < self.target();
-            self.push(hash, window, &mut at);
+            self.push(hash, window, sk, &mut at);
         } else {
             self.evict_for(hash, sk, &mut at);
         }
         false
     }
 
-    fn push(&mut self, hash: u64, window: bool, at: &mut Place<'_>) {
-        at.set(hash, self.slots.len());
-        self.slots.push(Entry {
+    /// Entry `i`'s resident count, halved per aging of `sk` since it was written.
+    fn count_of(&self, i: usize, sk: &FrequencySketch) -> u8 {
+        let e = &self.slots[i];
+        e.freq
+            .checked_shr((sk.ages() as u32).wrapping_sub(e.fage))
+            .unwrap_or(0)
+    }
+
+    /// A new entry for `hash`, its count seeded from the sketch.
+    fn entry(&self, hash: u64, window: bool, sk: &FrequencySketch) -> Entry {
+        Entry {
             hash,
             stamp: self.clock,
+            freq: sk.frequency(hash),
+            fage: sk.ages() as u32,
             window,
             protected: false,
-        });
+        }
+    }
+
+    fn push(&mut self, hash: u64, window: bool, sk: &FrequencySketch, at: &mut Place<'_>) {
+        at.set(hash, self.slots.len());
+        let e = self.entry(hash, window, sk);
+        self.slots.push(e);
         self.window_len += usize::from(window);
     }
 
-    fn replace(&mut self, i: usize, hash: u64, window: bool, at: &mut Place<'_>) {
+    fn replace(
+        &mut self,
+        i: usize,
+        hash: u64,
+        window: bool,
+        sk: &FrequencySketch,
+        at: &mut Place<'_>,
+    ) {
+        // The evicted entry's count goes back to the sketch.
+        sk.fold_exclusive(self.slots[i].hash, self.count_of(i, sk));
         let old = self.slots[i];
         self.protected_len -= usize::from(old.protected);
         self.window_len -= usize::from(old.window);
         at.clear(old.hash);
         self.window_len += usize::from(window);
-        self.slots[i] = Entry {
-            hash,
-            stamp: self.clock,
-            window,
-            protected: false,
-        };
+        self.slots[i] = self.entry(hash, window, sk);
         at.set(hash, i);
     }
 
@@ -376,7 +417,7 @@ impl Mini {
         let region = if e.window { WINDOW } else { MAIN };
         let rank = e.rank();
         if rank < self.pools[region].bar() {
-            let freq = if e.window { 0 } else { sk.frequency(e.hash) };
+            let freq = if e.window { 0 } else { self.count_of(i, sk) };
             self.pools[region].admit(Candidate {
                 rank,
                 idx: i as u32,
@@ -457,7 +498,7 @@ impl Mini {
 
     /// A main victim's count in a duel: halved per `IDLE x capacity` requests of idleness.
     fn victim_frequency(&self, v: usize, sk: &FrequencySketch) -> u8 {
-        let f = sk.frequency(self.slots[v].hash);
+        let f = self.count_of(v, sk);
         let idle = self.clock - self.slots[v].stamp;
         let halvings = idle / (IDLE * self.capacity as u64).max(1);
         f.checked_shr(halvings.min(8) as u32).unwrap_or(0)
@@ -482,29 +523,29 @@ impl Mini {
             let v = self.main_victim(sk);
             match (c, v) {
                 (Some(c), Some(v)) => {
-                    let fc = sk.frequency(self.slots[c].hash);
+                    let fc = self.count_of(c, sk);
                     if fc > self.victim_frequency(v, sk) {
                         self.slots[c].window = false;
                         self.window_len -= 1;
                         self.offer(c, sk);
-                        self.replace(v, hash, true, at);
+                        self.replace(v, hash, true, sk, at);
                     } else {
                         // The victim stays the one to beat.
                         self.offer(v, sk);
-                        self.replace(c, hash, true, at);
+                        self.replace(c, hash, true, sk, at);
                     }
                 }
                 (None, Some(v)) => {
                     if sk.frequency(hash) > self.victim_frequency(v, sk) {
-                        self.replace(v, hash, false, at);
+                        self.replace(v, hash, false, sk, at);
                     } else {
                         self.offer(v, sk);
                     }
                 }
-                (Some(c), None) => self.replace(c, hash, true, at),
+                (Some(c), None) => self.replace(c, hash, true, sk, at),
                 (None, None) => {
                     let v = self.rng.below(self.slots.len());
-                    self.replace(v, hash, true, at);
+                    self.replace(v, hash, true, sk, at);
                 }
             }
         } else {
@@ -515,7 +556,7 @@ impl Mini {
                     None => self.rng.below(self.slots.len()),
                 },
             };
-            self.replace(v, hash, true, at);
+            self.replace(v, hash, true, sk, at);
         }
     }
 }
@@ -595,8 +636,6 @@ mod tests {
         let mut index = Index::default();
         for i in 0..50_000u64 {
             let h = zipf_like(i, 2_000);
-            let counted = sk.record_exclusive(h);
-            sk.add_exclusive(u64::from(counted));
             let held = index.get(&h).map_or(ABSENT, |p| p[1]);
             let place = Place {
                 index: &mut index,
