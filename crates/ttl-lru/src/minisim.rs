@@ -333,26 +333,34 @@ impl Mini {
     /// sketch `sk`; true on a hit. As the policy: a hit protects a main entry and, a
     /// resolution after the last, stamps it and raises its resident count; a miss is recorded
     /// in the sketch.
-    fn access(&mut self, hash: u64, held: u16, sk: &FrequencySketch, mut at: Place<'_>) -> bool {
+    #[inline]
+    fn access(&mut self, hash: u64, held: u16, sk: &FrequencySketch, at: Place<'_>) -> bool {
         self.clock += 1;
-        if held != ABSENT {
-            let e = &mut self.slots[usize::from(held)];
-            if !e.window && !e.protected {
-                e.protected = true;
-                self.protected_len += 1;
-            }
-            if self.clock - e.stamp >= RESOLUTION {
-                e.stamp = self.clock;
-                let ages = sk.ages() as u32;
-                let now = e.freq.checked_shr(ages.wrapping_sub(e.fage)).unwrap_or(0);
-                e.freq = (now + 1).min(MAX_FREQUENCY);
-                e.fage = ages;
-                if now < MAX_FREQUENCY {
-                    sk.add_exclusive(1);
-                }
-            }
-            return true;
+        if held == ABSENT {
+            self.miss(hash, sk, at);
+            return false;
         }
+        let e = &mut self.slots[usize::from(held)];
+        if !e.window && !e.protected {
+            e.protected = true;
+            self.protected_len += 1;
+        }
+        if self.clock - e.stamp >= RESOLUTION {
+            e.stamp = self.clock;
+            let ages = sk.ages() as u32;
+            let now = e.freq.checked_shr(ages.wrapping_sub(e.fage)).unwrap_or(0);
+            e.freq = (now + 1).min(MAX_FREQUENCY);
+            e.fage = ages;
+            if now < MAX_FREQUENCY {
+                sk.add_exclusive(1);
+            }
+        }
+        true
+    }
+
+    /// The rest of [`access`](Self::access): a miss, recorded in the sketch, then filled.
+    #[inline(never)]
+    fn miss(&mut self, hash: u64, sk: &FrequencySketch, mut at: Place<'_>) {
         let counted = sk.record_exclusive(hash);
         sk.add_exclusive(u64::from(counted));
         if self.slots.len() < self.capacity {
@@ -361,7 +369,6 @@ impl Mini {
         } else {
             self.evict_for(hash, sk, &mut at);
         }
-        false
     }
 
     /// Entry `i`'s resident count, halved per aging of `sk` since it was written.
