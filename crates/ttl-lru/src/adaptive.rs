@@ -359,6 +359,23 @@ impl State {
         f.checked_shr(halvings.min(8) as u32).unwrap_or(0)
     }
 
+    /// Re-sizes the policy for a shard share of `capacity` entries (`Cache::set_capacity`):
+    /// the sketch is re-shaped and starts empty (counting halvings on, so resident counts keep
+    /// their ages: the entries keep what they counted), the window's target follows the share,
+    /// the idle decay's unit the capacity. The window's pool and length stay: a window above
+    /// its new target is demoted by the next evictions, as when the share falls.
+    pub(crate) fn resize(&mut self, capacity: u64) {
+        let capacity = capacity.max(1);
+        if capacity == self.capacity {
+            return;
+        }
+        let sketch =
+            crate::admission::FrequencySketch::shaped(capacity, SKETCH_PERIOD, SKETCH_WIDTH, true);
+        self.sketch = sketch.continuing(&self.sketch);
+        self.capacity = capacity;
+        self.target = self.minis.share() * capacity as f64;
+    }
+
     /// The window's target in whole entries.
     #[inline]
     pub(crate) fn target_len(&self) -> u64 {

@@ -292,10 +292,23 @@ impl FrequencySketch {
     }
 
     /// Halves every counter and clears the doorkeeper (the thread that crossed the sample size).
+    /// Counter words (tests: how large the sketch was shaped).
+    #[cfg(test)]
+    pub(crate) fn words_for_test(&self) -> usize {
+        self.counters.len()
+    }
+
     /// Records counted toward the next aging (tests).
     #[cfg(test)]
     pub(crate) fn records_for_test(&self) -> u64 {
         self.records.load(Ordering::Relaxed)
+    }
+
+    /// This sketch, counting its halvings on from `other`'s (a re-sized sketch replacing
+    /// `other`: the resident counts stamped with `other`'s halvings keep their ages).
+    pub(crate) fn continuing(self, other: &Self) -> Self {
+        self.ages.store(other.ages(), Ordering::Relaxed);
+        self
     }
 
     /// How many times the sketch has halved.

@@ -538,8 +538,14 @@ where
     pub(crate) fn set_capacity(&self, capacity: u64) -> usize {
         let mut total = self.capacity.lock();
         let old = std::mem::replace(&mut *total, capacity);
-        for s in self.shards.iter() {
-            s.set_limit(capacity);
+        // The adaptive policy's simulations first (outside every shard lock: they are the one
+        // lock a shard only `try_lock`s), then each shard's share of the new capacity.
+        if let Some(sims) = self.shards.first().and_then(|s| s.simulations()) {
+            sims.resize(capacity);
+        }
+        let shares = crate::builder::split_capacity(capacity, self.shards.len());
+        for (s, &share) in self.shards.iter().zip(&shares) {
+            s.set_limit(capacity, share);
         }
         self.budget.resize(old, capacity);
         let now = self.clock.now_ms();

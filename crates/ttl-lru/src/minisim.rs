@@ -83,15 +83,18 @@ const SALT: u64 = 0xA5A5_5A5A_C3C3_3C3C;
 #[derive(Debug)]
 pub(crate) struct MiniSims {
     /// A request is sampled when `fmix(hash) < below` (one in `max(4, capacity / 1000)`; a
-    /// compare, not a division: every hit asks).
-    below: u64,
+    /// compare, not a division: every hit asks). Atomic only for [`resize`](Self::resize).
+    below: AtomicU64,
     /// The chosen window share, as `f64` bits.
     share: AtomicU64,
     /// The chosen victim pick (one of [`PICKS`]).
     pick: AtomicU64,
+    /// Seeds the copies' sampling (kept for a resize).
+    seed: u64,
     sims: parking_lot::Mutex<Sims>,
 }
 
+/// The copies' state, under the [`MiniSims`] lock.
 #[derive(Debug)]
 struct Sims {
     minis: Vec<Mini>,
@@ -107,9 +110,10 @@ struct Sims {
     period: u64,
 }
 
-impl MiniSims {
-    /// Copies for a cache of `capacity` entries.
-    pub(crate) fn new(capacity: u64, seed: u64) -> Self {
+impl Sims {
+    /// Fresh copies for a cache of `capacity` entries, and the sampling bound (`below`) they
+    /// are sized for.
+    fn sized(capacity: u64, seed: u64) -> (u64, Self) {
         let capacity = capacity.max(1);
         let rate = (capacity / MINI_SIZE).max(MIN_RATE);
         let size = (capacity / rate).max(1);
@@ -120,28 +124,50 @@ impl MiniSims {
                 Mini::new(size as usize, share, pick, seed ^ ((c as u64 + 1) * 0x9E37))
             })
             .collect();
+        let sims = Self {
+            minis,
+            index: Index::with_capacity_and_hasher(4 * size as usize, MixState),
+            sketches: (0..COPIES)
+                .map(|_| FrequencySketch::shaped(size, SKETCH_PERIOD, SKETCH_WIDTH, true))
+                .collect(),
+            scores: [0.0; COPIES],
+            misses: [0; COPIES],
+            seen: 0,
+            period: PERIOD * size,
+        };
+        (u64::MAX / rate, sims)
+    }
+}
+
+impl MiniSims {
+    /// Copies for a cache of `capacity` entries.
+    pub(crate) fn new(capacity: u64, seed: u64) -> Self {
+        let (below, sims) = Sims::sized(capacity, seed);
         Self {
-            below: u64::MAX / rate,
+            below: AtomicU64::new(below),
             share: AtomicU64::new(0f64.to_bits()),
             pick: AtomicU64::new(PICKS[0] as u64),
-            sims: parking_lot::Mutex::new(Sims {
-                minis,
-                index: Index::with_capacity_and_hasher(4 * size as usize, MixState),
-                sketches: (0..COPIES)
-                    .map(|_| FrequencySketch::shaped(size, SKETCH_PERIOD, SKETCH_WIDTH, true))
-                    .collect(),
-                scores: [0.0; COPIES],
-                misses: [0; COPIES],
-                seen: 0,
-                period: PERIOD * size,
-            }),
+            seed,
+            sims: parking_lot::Mutex::new(sims),
         }
+    }
+
+    /// Re-sizes the copies for a cache now of `capacity` entries (`Cache::set_capacity`): they
+    /// start over, empty, at the new size and sampling rate; the window share and victim pick
+    /// chosen last stay until their first period ends. Takes the copies' lock (blocking: a
+    /// resize runs outside every shard lock, and the shards only `try_lock` it, so nothing
+    /// waits on a shard while holding it).
+    pub(crate) fn resize(&self, capacity: u64) {
+        let mut sims = self.sims.lock();
+        let (below, fresh) = Sims::sized(capacity, self.seed);
+        *sims = fresh;
+        self.below.store(below, Ordering::Relaxed);
     }
 
     /// Whether requests for `hash` are replayed by the copies.
     #[inline]
     pub(crate) fn sampled(&self, hash: u64) -> bool {
-        fmix64(hash ^ SALT) < self.below
+        fmix64(hash ^ SALT) < self.below.load(Ordering::Relaxed)
     }
 
     /// The window share the copies chose last (0 until their first pick).
@@ -200,6 +226,13 @@ impl MiniSims {
                     .store(sims.minis[best].pick as u64, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Entries per copy, and one in how many keys the copies sample (tests).
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) fn shape(&self) -> (usize, u64) {
+        let size = self.sims.lock().minis[0].capacity;
+        (size, u64::MAX / self.below.load(Ordering::Relaxed))
     }
 
     /// The copies' window shares, victim picks and smoothed scores (tests).

@@ -887,8 +887,23 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     }
 
     /// Sets the most one entry may weigh (the cache's capacity).
-    pub(crate) fn set_limit(&self, capacity: u64) {
-        self.table.write().capacity = capacity;
+    /// Sets the cache's capacity (`capacity`) and this shard's expected share of it (`share`:
+    /// it sizes the adaptive policy's state; the TinyLFU sketch keeps its build-time size).
+    pub(crate) fn set_limit(&self, capacity: u64, share: u64) {
+        let mut t = self.table.write();
+        t.capacity = capacity;
+        if let Some(st) = t.adaptive.as_deref_mut() {
+            st.resize(share);
+        }
+    }
+
+    /// The adaptive policy's miniature simulations (shared by every shard of the cache).
+    pub(crate) fn simulations(&self) -> Option<Arc<MiniSims>> {
+        self.table
+            .read()
+            .adaptive
+            .as_ref()
+            .map(|st| st.minis.clone())
     }
 
     /// Evicts up to `count` entries by the eviction policy, stopping early once the budget is
@@ -1689,6 +1704,65 @@ mod tests {
         assert_eq!(s.evict_for_budget(1, 200, &all), 1);
         assert!(!s.contains(h(7), &7, 200), "the least frequent left");
         assert_eq!(sketch_of(7), Some(9));
+    }
+
+    /// `Cache::set_capacity` re-sizes the adaptive policy: each shard's state to its share of
+    /// the new capacity (sketch, window target; resident counts keep their ages) and the
+    /// cache's simulations to the new capacity (size and sampling rate). Before, a cache grown
+    /// 100-fold kept simulating its build-time size and sketching a hundredth of its keys.
+    #[test]
+    fn set_capacity_resizes_the_adaptive_policy_and_its_simulations() {
+        let c: crate::Cache<u64, u64> = crate::Cache::builder(1_000)
+            .shards(4)
+            .admission(Admission::Adaptive)
+            .seed(7)
+            .build();
+        let sims = c.inner.shards[0].simulations().expect("adaptive");
+        let shape = |c: &crate::Cache<u64, u64>| -> Vec<(u64, usize, u64)> {
+            c.inner
+                .shards
+                .iter()
+                .map(|s| {
+                    let t = s.table.read();
+                    let st = t.adaptive.as_ref().expect("adaptive");
+                    (st.capacity, st.sketch.words_for_test(), st.sketch.ages())
+                })
+                .collect()
+        };
+        assert_eq!(
+            sims.shape(),
+            (250, 4),
+            "a quarter of a small cache, one key in 4"
+        );
+        let before = shape(&c);
+        assert!(before.iter().all(|&(cap, _, _)| cap == 250), "{before:?}");
+        let hour = std::time::Duration::from_secs(3600);
+        for k in 0..1_000 {
+            c.insert(k, k, hour).expect("no error");
+        }
+        c.set_capacity(100_000);
+        assert_eq!(sims.shape(), (1_000, 100), "1,000 entries, one key in 100");
+        let grown = shape(&c);
+        for ((cap, words, ages), (_, old_words, old_ages)) in grown.iter().zip(&before) {
+            assert_eq!(*cap, 25_000);
+            assert!(
+                *words >= 50 * old_words,
+                "{words} counter words, was {old_words}"
+            );
+            assert_eq!(ages, old_ages, "halvings counted on");
+        }
+        for k in 0..100_000 {
+            assert_eq!(c.insert(k, k, hour), Ok(true), "key {k}");
+        }
+        assert_eq!(c.len(), 100_000, "a grown cache holds its new capacity");
+        c.set_capacity(100);
+        assert_eq!(sims.shape(), (25, 4));
+        assert!(shape(&c).iter().all(|&(cap, _, _)| cap == 25));
+        assert!(c.len() <= 100);
+        for k in 200_000..201_000 {
+            c.insert(k, k, hour).expect("no error");
+        }
+        assert!(c.len() <= 100);
     }
 
     /// A victim that wins its duel stays pooled, the one the next newcomer must beat (as
