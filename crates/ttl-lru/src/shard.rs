@@ -1613,6 +1613,23 @@ mod tests {
         );
     }
 
+    /// Eviction settings that sample every entry of a 100-entry shard (its oldest is
+    /// certainly among the candidates).
+    fn sampling_all() -> ShardConfig {
+        ShardConfig {
+            samples: 100,
+            swr_ms: 0,
+        }
+    }
+
+    /// Key `k`'s resident count in adaptive shard `s`, as of its sketch's halvings now.
+    fn resident_count_of(s: &Shard<u64, u64>, k: u64) -> u8 {
+        let t = s.table.read();
+        let ages = t.adaptive.as_ref().map_or(0, |st| st.sketch.ages());
+        t.slot(t.find_value(h(k), &k).expect("stored"))
+            .resident_count(ages)
+    }
+
     /// An adaptive shard of capacity 100 holding keys 0..100, key `k` written at `k` ms (key 0
     /// is the oldest).
     fn full_adaptive_shard() -> Shard<u64, u64> {
@@ -1662,20 +1679,12 @@ mod tests {
     #[test]
     fn adaptive_resident_count_starts_at_the_sketch_and_folds_back_on_eviction() {
         let s = full_adaptive_shard();
-        let all = ShardConfig {
-            samples: 100,
-            swr_ms: 0,
-        };
-        let ages = |t: &Table<u64, u64>| t.adaptive.as_ref().map_or(0, |st| st.sketch.ages());
+        let all = sampling_all();
         let sketch_of = |k: u64| {
             let t = s.table.read();
             t.adaptive.as_ref().map(|st| st.sketch.frequency(h(k)))
         };
-        let count_of = |k: u64| {
-            let t = s.table.read();
-            let i = t.find_value(h(k), &k).expect("stored");
-            t.slot(i).resident_count(ages(&t))
-        };
+        let count_of = |k: u64| resident_count_of(&s, k);
         // A newcomer asked for three times before: its count is the sketch's estimate.
         {
             let mut t = s.table.write();
@@ -1692,7 +1701,7 @@ mod tests {
         // the sketch, which held only its miss, now remembers the 9.
         {
             let t = s.table.write();
-            let now = ages(&t);
+            let now = t.adaptive.as_ref().map_or(0, |st| st.sketch.ages());
             for k in (0..100).chain([500]) {
                 let Some(i) = t.find_value(h(k), &k) else {
                     continue;
@@ -1771,12 +1780,10 @@ mod tests {
     #[test]
     fn adaptive_victim_that_wins_stays_the_one_to_beat() {
         let s = full_adaptive_shard();
-        // Every count is 0: the newcomer (0) does not beat the oldest entry (0) and is declined.
-        // (Sampling every entry, so the oldest is certainly the victim.)
-        let all = ShardConfig {
-            samples: 100,
-            swr_ms: 0,
-        };
+        // Every count is 1 (each key's one miss): the newcomer (1) does not beat the oldest
+        // entry (1) and is declined. (Sampling every entry, so the oldest is certainly the
+        // victim.)
+        let all = sampling_all();
         let out = write_value(&s, 5000, NEVER, 1, 300, &all, WriteMode::Plain);
         assert_eq!(out, WriteOutcome::Declined);
         let t = s.table.read();
@@ -1842,12 +1849,7 @@ mod tests {
             t.slot(t.find_value(h(k), &k).expect("stored"))
                 .stamp_word_addr()
         };
-        let count_of = |k: u64| {
-            let t = s.table.read();
-            let ages = t.adaptive.as_ref().map_or(0, |st| st.sketch.ages());
-            t.slot(t.find_value(h(k), &k).expect("stored"))
-                .resident_count(ages)
-        };
+        let count_of = |k: u64| resident_count_of(&s, k);
         // A main entry's first hit protects it, in its own word and nothing else shared (a
         // hit the simulations do not sample buffers nothing); within the resolution a hit
         // writes nothing shared; a resolution later it stamps the entry and raises its count.
