@@ -293,13 +293,13 @@ impl FrequencySketch {
 
     /// Halves every counter and clears the doorkeeper (the thread that crossed the sample size).
     /// Counter words (tests: how large the sketch was shaped).
-    #[cfg(test)]
+    #[cfg(all(test, not(herd_loom)))]
     pub(crate) fn words_for_test(&self) -> usize {
         self.counters.len()
     }
 
     /// Records counted toward the next aging (tests).
-    #[cfg(test)]
+    #[cfg(all(test, not(herd_loom)))]
     pub(crate) fn records_for_test(&self) -> u64 {
         self.records.load(Ordering::Relaxed)
     }
