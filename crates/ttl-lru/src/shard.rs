@@ -1715,6 +1715,23 @@ mod tests {
         assert_eq!(sketch_of(7), Some(9));
     }
 
+    /// The loom models of the adaptive hit buffer (`tests/loom.rs`, `full_adaptive_cache`) use
+    /// keys 15 and 18 because the simulations sample them in that cache (one key in 4 at its
+    /// capacity, by hash under seed 7): only a sampled hit is buffered, so with keys they did
+    /// not sample the models' 32nd hit would fill nothing and drain nothing.
+    #[test]
+    fn the_loom_models_hit_keys_the_simulations_sample() {
+        let c: crate::Cache<u64, u64> = crate::Cache::builder(2)
+            .shards(1)
+            .seed(7)
+            .samples(2)
+            .admission(Admission::Adaptive)
+            .build();
+        let sims = c.inner.shards[0].simulations().expect("adaptive");
+        assert!(sims.sampled(c.hash(&15)) && sims.sampled(c.hash(&18)));
+        assert!(!sims.sampled(c.hash(&1)), "one key in 4, not every key");
+    }
+
     /// `Cache::set_capacity` re-sizes the adaptive policy: each shard's state to its share of
     /// the new capacity (sketch, window target; resident counts keep their ages) and the
     /// cache's simulations to the new capacity (size and sampling rate). Before, a cache grown
