@@ -64,10 +64,10 @@
 //! word, whose 52 low bits keep the stamp); the sketch (4 rows of 4-bit counters over the next
 //! power of two of 8 x capacity, 16 to 32 bytes, plus a doorkeeper of 4 to 8 bytes); per
 //! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 12 copies of at most
-//! 1,000 simulated entries, each with its own sketch, about 0.9 MB at most) and a 384-byte hit buffer per (tally stripe,
-//! shard): (2P + 1) x 4P x 384 bytes with the default shard count on P cores (15 KB at 2
-//! cores, 0.8 MB at 16, 12.7 MB at 64: a large fixed cost for a small cache on a many-core
-//! machine, not yet sized down).
+//! 1,000 simulated entries, each with its own sketch, about 0.9 MB at most) and a 128-byte hit
+//! buffer per (tally stripe, shard): (2P + 1) x 4P x 128 bytes with the default shard count on
+//! P cores (5 KB at 2 cores, 0.3 MB at 16, 4.2 MB at 64; 384 bytes each while every hit's hash
+//! was buffered for the sketch, 12.7 MB at 64 cores).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -116,8 +116,11 @@ pub(crate) fn with_count(w: u64, count: u8, ages: u64) -> u64 {
     (w & !(COUNT | AGE)) | (u64::from(count) << COUNT_SHIFT) | ((ages & 0x1F) << AGE_SHIFT)
 }
 
-/// Hashes a thread buffers per shard before its next insert drains them.
-pub(crate) const HIT_BUFFER: usize = 32;
+/// Sampled hashes a thread buffers per shard before a drain (the hit that fills the buffer,
+/// or the thread's next insert into the shard): 8 keep a buffer in one 128-byte block, and
+/// with one key in 4 or more sampled a drain (a `try_write` of the shard lock) comes at most
+/// once per 32 hits of a thread, as when every hit's hash was buffered, 32 of them.
+pub(crate) const HIT_BUFFER: usize = 8;
 /// Protected share of the main space above which sampling demotes (Caffeine's 80%).
 const PROTECTED_SHARE: f64 = 0.8;
 /// Request-clock checkpoints kept per shard for the idle decay: one every `capacity / 8`

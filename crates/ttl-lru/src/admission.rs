@@ -85,7 +85,7 @@ pub enum Admission {
     /// protected flag once; its resident count while that is below 16, which a hot entry's
     /// soon is) and its thread's hit buffer for the shard (a count, and the key's hash if the
     /// simulations sample it), which the thread's next insert into that shard drains under
-    /// the lock; the hit that fills the buffer (one in 32 sampled hits of a thread's) drains
+    /// the lock; the hit that fills the buffer (one in 8 sampled hits of a thread's) drains
     /// it itself if the shard's write lock is free at once. The sketch records misses; a hit
     /// counts in its entry.
     Adaptive,

@@ -69,8 +69,9 @@
 //!   records the key in the shard's sketch, which does write shared words; exactly which is
 //!   listed in [`Admission::TinyLfu`]'s docs (since issue 17 no longer a `fetch_add` on every
 //!   hit, one per 64 of a thread's hits). With [`Admission::Adaptive`] a hit writes its entry's
-//!   flags (once) and its thread's own hit buffer for the shard; one hit in 32 of a thread
-//!   (the one that fills that buffer) drains it under the shard's write lock, if free.
+//!   stamp word (its flags once, its count with a new stamp) and its thread's own hit buffer
+//!   for the shard; one in 8 of the hits the policy's simulations sample (one key in 4 or
+//!   more) fills that buffer and drains it under the shard's write lock, if free.
 //! - **Time** comes from a [`Clock`]. The default [`CoarseClock`] is a process-wide atomic
 //!   millisecond tick refreshed by one background thread, so a hit reads time with one relaxed
 //!   load instead of `Instant::now()`. Tests inject [`ManualClock`] or [`TokioClock`].

@@ -248,8 +248,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     /// Drains this thread's full hit buffer into the policy if the shard's write lock is free
     /// at once (as Caffeine drains its read buffer with a `tryLock`): a run of hits longer than
     /// the buffer between this thread's inserts is then recorded, not dropped (a loop's hits
-    /// come in runs of a capacity). Once per [`HIT_BUFFER`](crate::adaptive::HIT_BUFFER) hits
-    /// of a thread; if the lock is busy the buffer stays full and drops hashes until the
+    /// come in runs of a capacity). Once per [`HIT_BUFFER`](crate::adaptive::HIT_BUFFER)
+    /// sampled hits of a thread; if the lock is busy the buffer stays full and drops hashes until the
     /// thread's next insert drains it.
     #[cold]
     #[inline(never)]
@@ -1718,7 +1718,7 @@ mod tests {
     /// The loom models of the adaptive hit buffer (`tests/loom.rs`, `full_adaptive_cache`) use
     /// keys 15, 18 and 19 because the simulations sample them in that cache (one key in 4 at its
     /// capacity, by hash under seed 7): only a sampled hit is buffered, so with keys they did
-    /// not sample the models' 32nd hit would fill nothing and drain nothing.
+    /// not sample the models' 8th hit would fill nothing and drain nothing.
     #[test]
     fn the_loom_models_hit_keys_the_simulations_sample() {
         let c: crate::Cache<u64, u64> = crate::Cache::builder(2)

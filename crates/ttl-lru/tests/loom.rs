@@ -290,7 +290,7 @@ fn adaptive_flagging_readers_vs_evicting_writer() {
 }
 
 /// The adaptive policy's full-buffer drain (issue 17): this thread (the model's one stripe)
-/// has buffered 31 hits on a sampled key; its 32nd fills the buffer and drains it under a `try_write` of the
+/// has buffered 7 hits on a sampled key; its 8th fills the buffer and drains it under a `try_write` of the
 /// shard lock while another thread's insert at capacity takes the write lock. Whichever gets
 /// it, the other waits or skips (a failed `try_write` leaves the buffer for the next insert):
 /// the reader sees the old value or nothing, the bound holds, nothing hangs.
@@ -298,7 +298,7 @@ fn adaptive_flagging_readers_vs_evicting_writer() {
 fn adaptive_full_buffer_drain_vs_evicting_writer() {
     loom::model(|| {
         let c = full_adaptive_cache();
-        for _ in 0..31 {
+        for _ in 0..7 {
             assert_eq!(c.get(&15), Some(150));
         }
         let writer = {
