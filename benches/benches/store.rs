@@ -1,7 +1,7 @@
 //! Throughput of bounded concurrent stores side by side in one run (issue 3 "Measured"): get-hit,
 //! insert below capacity, insert at capacity at 10K and 1M entries, and a zipf(1.0) 95% get / 5%
 //! insert mix over 1M keys with capacity 100K on 1 and 2 threads. The stores are listed in
-//! `benches::stores::all_stores`. Short runs by default (1 s warm-up, 3 s measurement, 20 samples)
+//! `benches::stores::bench_stores` (every peer, and ttl-lru with its opt-in adaptive policy). Short runs by default (1 s warm-up, 3 s measurement, 20 samples)
 //! because the reference machine has 2 shared cores; pass criterion flags to override.
 
 // `criterion_group!` generates a `pub fn` that cannot carry a doc comment.
@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use benches::rng::Rng;
-use benches::stores::{Store, all_stores};
+use benches::stores::{Store, bench_stores};
 use benches::zipf::{Zipf, scatter};
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 
@@ -52,7 +52,7 @@ fn get_hit(c: &mut Criterion) {
     let order: Vec<u64> = (0..entries as u64)
         .map(|i| keys[(scatter(i) % entries as u64) as usize])
         .collect();
-    for store in all_stores(entries) {
+    for store in bench_stores(entries) {
         prefill(store.as_ref(), keys.iter().copied());
         let hits = store.get_all(&order);
         if hits < order.len() as u64 * 9 / 10 {
@@ -79,12 +79,12 @@ fn insert_below_capacity(c: &mut Criterion) {
     const N: usize = 10_000;
     group.throughput(Throughput::Elements(N as u64));
     let keys: Vec<u64> = (0..N as u64).map(scatter).collect();
-    for name_probe in all_stores(1) {
+    for name_probe in bench_stores(1) {
         let name = name_probe.name();
         group.bench_function(name, |b| {
             b.iter_batched_ref(
                 || {
-                    all_stores(100_000)
+                    bench_stores(100_000)
                         .into_iter()
                         .find(|s| s.name() == name)
                         .expect("same list")
@@ -105,7 +105,7 @@ fn insert_at_capacity(c: &mut Criterion) {
         group.sampling_mode(SamplingMode::Flat);
         const PER_ITER: usize = 64;
         group.throughput(Throughput::Elements(PER_ITER as u64));
-        for store in all_stores(capacity) {
+        for store in bench_stores(capacity) {
             prefill(store.as_ref(), (0..capacity as u64).map(scatter));
             let mut next = capacity as u64;
             group.bench_function(store.name(), |b| {
@@ -140,7 +140,7 @@ fn zipf_mixed(c: &mut Criterion) {
     for threads in [1usize, 2] {
         let mut group = c.benchmark_group(format!("zipf1.0_95get_5insert/{threads}thread"));
         group.throughput(Throughput::Elements((OPS_PER_THREAD * threads) as u64));
-        for store in all_stores(CAPACITY) {
+        for store in bench_stores(CAPACITY) {
             prefill(store.as_ref(), zipf.keys(4 * CAPACITY, 7).into_iter());
             let mut at = 0usize;
             group.bench_function(store.name(), |b| {

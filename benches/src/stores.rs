@@ -51,12 +51,12 @@ pub trait Store: Send + Sync {
 
 /// herd's `ttl_lru::Cache` with its defaults (coarse clock, sampled eviction with the pool, default
 /// shard count) and a one-hour TTL on every insert.
-pub struct TtlLruStore(ttl_lru::Cache<u64, u64>);
+pub struct TtlLruStore(ttl_lru::Cache<u64, u64>, &'static str);
 
 impl TtlLruStore {
     /// A cache bounded to `capacity` entries.
     pub fn new(capacity: usize) -> Self {
-        Self(ttl_lru::Cache::builder(capacity as u64).build())
+        Self(ttl_lru::Cache::builder(capacity as u64).build(), "ttl-lru")
     }
 
     /// The same with `samples` per eviction and a candidate pool of `pool` (0: none), for
@@ -67,11 +67,17 @@ impl TtlLruStore {
                 .samples(samples)
                 .eviction_pool_size(pool)
                 .build(),
+            "ttl-lru",
         )
     }
     /// The defaults with another admission policy (`hitprobe ttl-lru-tinylfu`,
-    /// `hitprobe ttl-lru-adaptive`).
+    /// `hitprobe ttl-lru-adaptive`), named after it.
     pub fn with_admission(capacity: usize, admission: ttl_lru::Admission) -> Self {
+        let name = match admission {
+            ttl_lru::Admission::TinyLfu => "ttl-lru-tinylfu",
+            ttl_lru::Admission::Adaptive => "ttl-lru-adaptive",
+            _ => "ttl-lru",
+        };
         Self(
             ttl_lru::Cache::builder(capacity as u64)
                 .admission(admission)
@@ -79,13 +85,14 @@ impl TtlLruStore {
                 // with a random seed its instruction counts move from run to run.
                 .seed(0x5EED)
                 .build(),
+            name,
         )
     }
 }
 
 impl Store for TtlLruStore {
     fn name(&self) -> &'static str {
-        "ttl-lru"
+        self.1
     }
     fn get(&self, key: u64) -> Option<u64> {
         self.0.get(&key)
@@ -498,6 +505,20 @@ impl Store for ShardedFloor {
             }
         }
     }
+}
+
+/// Every store of [`all_stores`] and ttl-lru with its opt-in adaptive policy (the criterion
+/// groups: the policy's speed is measured beside the peers it is held to).
+pub fn bench_stores(capacity: usize) -> Vec<Box<dyn Store>> {
+    let mut stores = all_stores(capacity);
+    stores.insert(
+        1,
+        Box::new(TtlLruStore::with_admission(
+            capacity,
+            ttl_lru::Admission::Adaptive,
+        )),
+    );
+    stores
 }
 
 /// Every store in the comparison, each bounded to `capacity` entries, in table order.
