@@ -48,7 +48,8 @@
 //! the share of the copy with the fewest misses, each period's plus DECAY x the last score;
 //! the window then shrinks by demoting its oldest entries), `mrate=N` (the minis' sampling
 //! modulus is at least N), `malt=N` (the copies run twice, with the candidate's `lfu` and with
-//! N, and the main space takes the winner's pick too).
+//! N, and the main space takes the winner's pick too), `msamp=N` and `mpool=N` (the copies'
+//! own samples per eviction and pool size; 0: the cache's).
 //! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
 //! candidate this lab recommends (the same as
 //! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`); `next` is
@@ -210,6 +211,8 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "halvings" => cfg.reset_halvings = n()? as u32,
             "mrate" => cfg.mini_rate_min = n()?,
             "malt" => cfg.mini_alt_pick = n()? as usize,
+            "msamp" => cfg.mini_samples = n()? as usize,
+            "mpool" => cfg.mini_pool = n()? as usize,
             "mini" => {
                 // COUNT/SIZE/PERIOD[/MAX[/DECAY]]
                 let parts: Vec<&str> = v.split('/').collect();
