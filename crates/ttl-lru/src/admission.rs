@@ -71,15 +71,17 @@ pub enum Admission {
     /// Sampled W-TinyLFU with an adaptive window (`adaptive.rs`, issue 17): every new key
     /// enters a window; at capacity the oldest sampled window entry duels main's victim (the
     /// least frequent of the 12 oldest sampled main entries, or the oldest, its count halved
-    /// for each `8 x capacity` requests it has been idle) on their sketch counts, and the loser
-    /// leaves; a victim that wins stays the one to beat. The window's share and that victim
+    /// for each `8 x capacity` requests it has been idle) on their counts (each entry counts
+    /// its own hits, starting from what the sketch of misses remembers of its key), and the
+    /// loser leaves; a victim that wins stays the one to beat. The window's share and that victim
     /// pick are chosen by 12 miniature simulations of this policy (6 shares from 0 to 100% of
     /// the capacity, each with both picks) over a hash sample of the keys (`minisim.rs`):
     /// recency where it pays (a hot set that keeps moving), frequency where it does not (a
     /// loop, a scan, a stable core). Main is a sampled SLRU (an entry hit in main is
     /// protected). Within 0.5 point of the best of exact LRU, quick_cache and moka in every
-    /// cell of the hit-ratio tables, at one shard and at eight (docs/benchmarks.md); it costs
-    /// gets and inserts several times the default's, which is why it is not the default.
+    /// cell of the hit-ratio tables, at one shard and at eight (docs/benchmarks.md); a get
+    /// costs about twice the default's instructions and an insert at capacity nearly four
+    /// times, which is why it is not the default.
     ///
     /// A hit writes the entry's own recency word (its stamp, at most once per resolution; its
     /// protected flag once; its resident count while that is below 16, which a hot entry's
