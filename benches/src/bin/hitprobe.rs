@@ -1,13 +1,15 @@
 //! One store's get-hit cost in isolation: builds only the named store, fills it with `entries`
 //! keys, then times `ops` lookups of those keys in a scattered order and prints ns per get. With
 //! `insert` as the fourth argument it times `ops` inserts of new keys instead (at capacity: each
-//! evicts).
+//! evicts); with `zipf`, `ops` lookups of the same keys drawn zipf(1.0) (every one a hit, most
+//! of them on a hot few: what a production read mix looks like, where the uniform order makes
+//! most hits a key's first few).
 //!
 //! The criterion `get_hit` group builds every store before it measures any, and runs long; this
 //! is the small, single-store program to put under `perf record`, `valgrind --tool=cachegrind`
 //! or a loop of interleaved runs when comparing two builds of one store (docs/benchmarks.md).
 //!
-//! `cargo run --release -p benches --bin hitprobe -- <ttl-lru|ttl-lru-tinylfu|ttl-lru-adaptive|quick_cache|floor> [entries] [ops] [get|insert]`
+//! `cargo run --release -p benches --bin hitprobe -- <ttl-lru|ttl-lru-tinylfu|ttl-lru-adaptive|quick_cache|floor> [entries] [ops] [get|insert|zipf]`
 //!
 //! `ttl-lru:SAMPLES:POOL` builds ttl-lru with other eviction settings (`ttl-lru:5:0`: 5 samples,
 //! no candidate pool), to measure what the defaults cost on inserts at capacity.
@@ -29,9 +31,10 @@ fn main() {
         (Err(msg), _) | (_, Err(msg)) => return usage(&msg),
         _ => return usage("entries must be at least 1"),
     };
-    let insert = match args.get(3).map(String::as_str) {
-        None | Some("get") => false,
-        Some("insert") => true,
+    let (insert, zipf) = match args.get(3).map(String::as_str) {
+        None | Some("get") => (false, false),
+        Some("insert") => (true, false),
+        Some("zipf") => (false, true),
         Some(other) => return usage(&format!("unknown mode {other:?}")),
     };
     let store: Box<dyn Store> = match args.first().map(String::as_str) {
@@ -75,9 +78,16 @@ fn main() {
         );
         return;
     }
-    let order: Vec<u64> = (0..gets as u64)
-        .map(|i| keys[(scatter(i) % entries as u64) as usize])
-        .collect();
+    let order: Vec<u64> = if zipf {
+        // Ranks 0..entries drawn zipf(1.0), scattered as the inserted keys were.
+        benches::zipf::Zipf::new(entries as u64, 1.0)
+            .expect("entries >= 1")
+            .keys(gets, 0x5EED)
+    } else {
+        (0..gets as u64)
+            .map(|i| keys[(scatter(i) % entries as u64) as usize])
+            .collect()
+    };
     let started = std::time::Instant::now();
     let hits = store.get_all(&order);
     let ns = started.elapsed().as_nanos() as f64 / gets.max(1) as f64;
@@ -90,7 +100,7 @@ fn main() {
 fn usage(problem: &str) {
     eprintln!("hitprobe: {problem}");
     eprintln!(
-        "usage: hitprobe <ttl-lru|ttl-lru-tinylfu|ttl-lru-adaptive|ttl-lru:SAMPLES:POOL|quick_cache|floor> [entries=100000] [ops=2000000] [get|insert]"
+        "usage: hitprobe <ttl-lru|ttl-lru-tinylfu|ttl-lru-adaptive|ttl-lru:SAMPLES:POOL|quick_cache|floor> [entries=100000] [ops=2000000] [get|insert|zipf]"
     );
     std::process::exit(2);
 }
