@@ -20,9 +20,10 @@
 //!
 //! Modelled first in `benches/src/adaptive.rs` (`Config::minisim()`); [`Mini`] is that model
 //! with the options it uses, the store's eviction (`table.rs`) but cheaper: 4 adjacent samples
-//! plus a pool of 4 per region (the store's: 10 and 16), a sampled SLRU main space, the least frequent of the 12 oldest
-//! main candidates as victim, a sticky victim, idle decay, the adaptive policy's sketch and
-//! its resident counts (each copy has its own sketch of its own misses, as the lab's copies do).
+//! plus a pool of 4 per region (the store's: 10 and 16, so a copy's "least frequent of the 12
+//! oldest" reads the 4 it has pooled), a sampled SLRU main space, a sticky victim, idle decay,
+//! the adaptive policy's sketch and its resident counts (each copy has its own sketch of its
+//! own misses, as the lab's copies do).
 //!
 //! One [`MiniSims`] per cache, shared by its shards: a shard feeds it the sampled hashes of
 //! the requests it records (the misses it inserts and the hits its threads drain), under the
