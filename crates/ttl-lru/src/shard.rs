@@ -249,8 +249,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     /// at once (as Caffeine drains its read buffer with a `tryLock`): a run of hits longer than
     /// the buffer between this thread's inserts is then recorded, not dropped (a loop's hits
     /// come in runs of a capacity). Once per [`HIT_BUFFER`](crate::adaptive::HIT_BUFFER)
-    /// sampled hits of a thread; if the lock is busy the buffer stays full and drops hashes until the
-    /// thread's next insert drains it.
+    /// sampled hits of a thread; if the lock is busy the buffer stays full and drops hashes
+    /// until the thread's next insert drains it.
     #[cold]
     #[inline(never)]
     fn drain_full(&self, me: Option<&Stripe>, now: u64) {

@@ -290,10 +290,11 @@ fn adaptive_flagging_readers_vs_evicting_writer() {
 }
 
 /// The adaptive policy's full-buffer drain (issue 17): this thread (the model's one stripe)
-/// has buffered 7 hits on a sampled key; its 8th fills the buffer and drains it under a `try_write` of the
-/// shard lock while another thread's insert at capacity takes the write lock. Whichever gets
-/// it, the other waits or skips (a failed `try_write` leaves the buffer for the next insert):
-/// the reader sees the old value or nothing, the bound holds, nothing hangs.
+/// has buffered 7 hits on a sampled key; its 8th fills the buffer and drains it under a
+/// `try_write` of the shard lock while another thread's insert at capacity takes the write
+/// lock. Whichever gets it, the other waits or skips (a failed `try_write` leaves the buffer
+/// for the next insert): the reader sees the old value or nothing, the bound holds, nothing
+/// hangs.
 #[test]
 fn adaptive_full_buffer_drain_vs_evicting_writer() {
     loom::model(|| {
