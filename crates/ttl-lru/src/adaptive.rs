@@ -63,7 +63,7 @@
 //! Memory beyond the default's: per entry, nothing in the slot (the count shares the stamp
 //! word, whose 52 low bits keep the stamp); the sketch (4 rows of 4-bit counters over the next
 //! power of two of 8 x capacity, 16 to 32 bytes, plus a doorkeeper of 4 to 8 bytes); per
-//! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 12 copies of at most
+//! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 6 copies of at most
 //! 1,000 simulated entries, each with its own sketch, about 0.9 MB at most) and a 128-byte hit
 //! buffer per (tally stripe, shard): (2P + 1) x 4P x 128 bytes with the default shard count on
 //! P cores (5 KB at 2 cores, 0.3 MB at 16, 4.2 MB at 64; 384 bytes each while every hit's hash
