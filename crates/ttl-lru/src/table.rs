@@ -30,6 +30,7 @@ use hashbrown::HashTable;
 use crate::adaptive::{
     FLAGS, MAX_FREQUENCY, META, PROTECTED, STAMP, State, WINDOW, resident_count, with_count,
 };
+use crate::admission::FrequencySketch;
 use crate::fence::WriteLog;
 use crate::minisim::LFU_PICK;
 use crate::pool::{Candidate, EvictionPool};
@@ -85,7 +86,8 @@ impl<K, V> Slot<K, V> {
     }
 
     /// [`touch`](Self::touch) for the adaptive policy, whose flags and resident count share
-    /// the stamp's word (`ages`: the policy sketch's halvings now): keeps the flags, protects
+    /// the stamp's word (`sketch`: the policy's, whose halvings age the count; read only when
+    /// the word is rewritten): keeps the flags, protects
     /// a main entry on its first hit, and with a new stamp (at most once per resolution, as
     /// the default's hit) raises the entry's count. Returns whether the entry is in the window
     /// and whether the hit raised its count.
@@ -94,12 +96,17 @@ impl<K, V> Slot<K, V> {
     /// cell -0.52 every hit, -0.48 gated), but writing the entry on every hit of a cold key
     /// cost 40 ns per get at 1M entries (`hitprobe`, uniform gets: each hit dirtied a line).
     #[inline]
-    pub(crate) fn touch_flagged(&self, now: u64, every_ms: u64, ages: u64) -> (bool, bool) {
+    pub(crate) fn touch_flagged(
+        &self,
+        now: u64,
+        every_ms: u64,
+        sketch: &FrequencySketch,
+    ) -> (bool, bool) {
         let w = self.last_access.load(Ordering::Relaxed);
         // One test for the common hit (a window entry or a protected main one, stamped
         // within the resolution): nothing to change, no store.
         if w & FLAGS == 0 || now.saturating_sub(w & STAMP) >= every_ms {
-            return self.restamp(w, now, every_ms, ages);
+            return self.restamp(w, now, every_ms, sketch);
         }
         (w & WINDOW != 0, false)
     }
@@ -107,10 +114,11 @@ impl<K, V> Slot<K, V> {
     /// The rest of [`touch_flagged`](Self::touch_flagged): protection for a main entry's
     /// first hit; a new stamp and a raised count if the old stamp is a resolution old.
     #[inline(never)]
-    fn restamp(&self, w: u64, now: u64, every_ms: u64, ages: u64) -> (bool, bool) {
+    fn restamp(&self, w: u64, now: u64, every_ms: u64, sketch: &FrequencySketch) -> (bool, bool) {
         let mut new = w;
         let mut raised = false;
         if now.saturating_sub(w & STAMP) >= every_ms {
+            let ages = sketch.ages();
             let count = resident_count(w, ages);
             raised = count < MAX_FREQUENCY;
             new = with_count(now | (w & META), (count + 1).min(MAX_FREQUENCY), ages);
