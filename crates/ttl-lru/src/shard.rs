@@ -682,7 +682,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         }
         while credit < need || t.len() - old_len >= MAX_ENTRIES {
             let picked = if t.adaptive.is_some() {
-                match t.adaptive_pick(now, cfg, keep, evicted.is_empty().then_some(hash)) {
+                match t.adaptive_pick(now, cfg, keep, evicted.is_empty().then_some(count)) {
                     Some(Pick::Evict { at, window: w }) => {
                         window = w;
                         Some(at)

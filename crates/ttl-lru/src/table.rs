@@ -851,14 +851,15 @@ impl<K: Eq + Hash, V> Table<K, V> {
     /// The adaptive policy's eviction (`adaptive.rs`; the table must have its state): samples
     /// `cfg.samples` adjacent entries into the window's and main's pools (demoting the oldest
     /// protected sample while protected entries hold too much of main), then picks per the
-    /// window's target. `newcomer` is the hash of the new key being made room for, if it may
-    /// still be refused. Records the ghost of whatever leaves. O(samples + pools).
+    /// window's target. `newcomer` is the count of the new key being made room for (what
+    /// [`State::on_miss`] returned for it), if it may still be refused. Records the ghost of
+    /// whatever leaves. O(samples + pools).
     pub(crate) fn adaptive_pick(
         &mut self,
         now: u64,
         cfg: &ShardConfig,
         exclude: Option<At>,
-        newcomer: Option<u64>,
+        newcomer: Option<u8>,
     ) -> Option<Pick> {
         let len = self.len();
         if len == 0 || (len == 1 && exclude.is_some()) {
@@ -876,7 +877,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
         now: u64,
         cfg: &ShardConfig,
         exclude: Option<At>,
-        newcomer: Option<u64>,
+        newcomer: Option<u8>,
     ) -> Option<Pick> {
         let len = self.len();
         let start = self.rng.below(len);
@@ -972,7 +973,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
                 }
                 (None, Some(v)) => match newcomer {
                     // No window entry to duel: the newcomer duels main's victim itself.
-                    Some(h) if st.sketch.frequency(h) <= self.victim_frequency(st, v) => {
+                    Some(f) if f <= self.victim_frequency(st, v) => {
                         self.repool(st, v, now);
                         Pick::Decline
                     }
