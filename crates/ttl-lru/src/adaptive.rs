@@ -133,9 +133,9 @@ const CHECKPOINTS: usize = 256;
 #[derive(Debug)]
 pub(crate) struct HitBuffer {
     len: AtomicU64,
-    /// Hits on main (`[0]`) and window (`[1]`) entries since the last drain, sampled or not
-    /// (the idle decay's request clock counts them).
-    hits: [AtomicU64; 2],
+    /// Hits since the last drain, sampled or not (the idle decay's request clock counts
+    /// them).
+    hits: AtomicU64,
     /// Hits that raised their entry's resident count since the last drain (they count toward
     /// the sketch's aging, as the records that raised a counter did).
     raised: AtomicU64,
@@ -146,20 +146,19 @@ impl HitBuffer {
     fn new() -> Self {
         Self {
             len: AtomicU64::new(0),
-            hits: [AtomicU64::new(0), AtomicU64::new(0)],
+            hits: AtomicU64::new(0),
             raised: AtomicU64::new(0),
             hashes: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
-    /// Counts a hit on an entry of the window (`window`) or main that raised its resident
-    /// count (`raised`) or not, and buffers its hash if the simulations sample it (`sampled`);
-    /// true if this hit filled the buffer (the caller then drains it, if it can take the write
-    /// lock at once).
+    /// Counts a hit that raised its entry's resident count (`raised`) or not, and buffers its
+    /// hash if the simulations sample it (`sampled`); true if this hit filled the buffer (the
+    /// caller then drains it, if it can take the write lock at once).
     #[inline]
-    pub(crate) fn push(&self, window: bool, raised: bool, sampled: Option<u64>) -> bool {
-        let count = &self.hits[usize::from(window)];
-        count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    pub(crate) fn push(&self, raised: bool, sampled: Option<u64>) -> bool {
+        self.hits
+            .store(self.hits.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         if raised {
             self.raised
                 .store(self.raised.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
@@ -189,19 +188,13 @@ impl HitBuffer {
             state.sketch.add_exclusive(raised);
             self.raised.store(0, Ordering::Relaxed);
         }
-        let (m, w) = (
-            self.hits[0].load(Ordering::Relaxed),
-            self.hits[1].load(Ordering::Relaxed),
-        );
-        state.requests += w + m;
+        let hits = self.hits.load(Ordering::Relaxed);
+        state.requests += hits;
         if len > 0 {
             self.len.store(0, Ordering::Relaxed);
         }
-        if w > 0 {
-            self.hits[1].store(0, Ordering::Relaxed);
-        }
-        if m > 0 {
-            self.hits[0].store(0, Ordering::Relaxed);
+        if hits > 0 {
+            self.hits.store(0, Ordering::Relaxed);
         }
     }
 }
@@ -443,11 +436,11 @@ mod tests {
         let mut s = state(1_000_000);
         let b = HitBuffer::new();
         for i in 0..40 {
-            b.push(false, i < 10, Some(42));
+            b.push(i < 10, Some(42));
         }
         // Hits the simulations do not sample are counted, not buffered.
         for _ in 0..60 {
-            assert!(!b.push(true, false, None));
+            assert!(!b.push(false, None));
         }
         assert_eq!(b.len.load(Ordering::Relaxed), HIT_BUFFER as u64);
         let count = s.on_miss(7, Some(&b), 1);

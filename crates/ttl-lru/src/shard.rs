@@ -282,9 +282,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         hash: u64,
         now: u64,
     ) -> bool {
-        let (window, raised) = s.touch_flagged(now, self.recency_ms, &st.sketch);
+        let raised = s.touch_flagged(now, self.recency_ms, &st.sketch);
         me.and_then(|m| buffers.get(m.index))
-            .is_some_and(|b| b.push(window, raised, st.minis.sampled(hash).then_some(hash)))
+            .is_some_and(|b| b.push(raised, st.minis.sampled(hash).then_some(hash)))
     }
 
     #[inline]
