@@ -73,13 +73,34 @@ impl TtlLruStore {
     /// The defaults with another admission policy (`hitprobe ttl-lru-tinylfu`,
     /// `hitprobe ttl-lru-adaptive`), named after it.
     pub fn with_admission(capacity: usize, admission: ttl_lru::Admission) -> Self {
+        Self::with_admission_builder(ttl_lru::Cache::builder(capacity as u64), admission)
+    }
+
+    /// [`with_admission`](Self::with_admission) with `samples` per eviction and a candidate
+    /// pool of `pool` (`hitprobe ttl-lru-adaptive:SAMPLES:POOL`).
+    pub fn with_admission_eviction(
+        capacity: usize,
+        admission: ttl_lru::Admission,
+        samples: usize,
+        pool: usize,
+    ) -> Self {
+        let builder = ttl_lru::Cache::builder(capacity as u64)
+            .samples(samples)
+            .eviction_pool_size(pool);
+        Self::with_admission_builder(builder, admission)
+    }
+
+    fn with_admission_builder(
+        builder: ttl_lru::CacheBuilder<u64, u64>,
+        admission: ttl_lru::Admission,
+    ) -> Self {
         let name = match admission {
             ttl_lru::Admission::TinyLfu => "ttl-lru-tinylfu",
             ttl_lru::Admission::Adaptive => "ttl-lru-adaptive",
             _ => "ttl-lru",
         };
         Self(
-            ttl_lru::Cache::builder(capacity as u64)
+            builder
                 .admission(admission)
                 // A fixed hash seed: the adaptive policy's simulations sample keys by hash, so
                 // with a random seed its instruction counts move from run to run.

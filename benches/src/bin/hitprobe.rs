@@ -12,7 +12,8 @@
 //! `cargo run --release -p benches --bin hitprobe -- <ttl-lru|ttl-lru-tinylfu|ttl-lru-adaptive|quick_cache|floor> [entries] [ops] [get|insert|zipf]`
 //!
 //! `ttl-lru:SAMPLES:POOL` builds ttl-lru with other eviction settings (`ttl-lru:5:0`: 5 samples,
-//! no candidate pool), to measure what the defaults cost on inserts at capacity.
+//! no candidate pool), to measure what the defaults cost on inserts at capacity;
+//! `ttl-lru-adaptive:SAMPLES:POOL` the same with the adaptive policy.
 
 use benches::stores::{QuickCache, ShardedFloor, Store, TtlLruStore};
 use benches::zipf::scatter;
@@ -47,13 +48,23 @@ fn main() {
             entries,
             ttl_lru::Admission::Adaptive,
         )),
-        Some(spec) if spec.starts_with("ttl-lru:") => {
-            let mut parts = spec["ttl-lru:".len()..].split(':').map(str::parse::<usize>);
+        Some(spec) if spec.starts_with("ttl-lru:") || spec.starts_with("ttl-lru-adaptive:") => {
+            let (prefix, rest) = spec.split_once(':').unwrap_or((spec, ""));
+            let mut parts = rest.split(':').map(str::parse::<usize>);
             match (parts.next(), parts.next(), parts.next()) {
                 (Some(Ok(samples)), Some(Ok(pool)), None) if samples > 0 => {
-                    Box::new(TtlLruStore::with_eviction(entries, samples, pool))
+                    if prefix == "ttl-lru" {
+                        Box::new(TtlLruStore::with_eviction(entries, samples, pool))
+                    } else {
+                        Box::new(TtlLruStore::with_admission_eviction(
+                            entries,
+                            ttl_lru::Admission::Adaptive,
+                            samples,
+                            pool,
+                        ))
+                    }
                 }
-                _ => return usage(&format!("not ttl-lru:SAMPLES:POOL: {spec:?}")),
+                _ => return usage(&format!("not {prefix}:SAMPLES:POOL: {spec:?}")),
             }
         }
         Some("quick_cache") => Box::new(QuickCache::new(entries)),

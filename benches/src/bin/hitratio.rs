@@ -169,13 +169,21 @@ fn contenders(opts: &Options) -> Vec<Contender> {
     };
     list.push(ttl_lru_contender(default));
     for admission in [Admission::TinyLfu, Admission::Adaptive] {
+        // Each policy with its own default sample count (the adaptive one samples fewer).
+        let samples = if admission == Admission::Adaptive {
+            ttl_lru::ADAPTIVE_SAMPLES
+        } else {
+            ttl_lru::DEFAULT_SAMPLES
+        };
         list.push(ttl_lru_contender(TtlLruConfig {
             admission,
+            samples,
             shards: 1,
             ..default
         }));
         list.push(ttl_lru_contender(TtlLruConfig {
             admission,
+            samples,
             ..default
         }));
     }
@@ -226,7 +234,12 @@ fn contenders(opts: &Options) -> Vec<Contender> {
 fn ttl_lru_contender(config: TtlLruConfig) -> Contender {
     let mut label = format!("ttl-lru k={}", config.samples);
     if config.pool {
-        label.push_str(&format!(" + pool {}", ttl_lru::DEFAULT_POOL_SIZE));
+        let size = if config.admission == Admission::Adaptive {
+            ttl_lru::ADAPTIVE_POOL_SIZE
+        } else {
+            ttl_lru::DEFAULT_POOL_SIZE
+        };
+        label.push_str(&format!(" + pool {size}"));
     }
     match config.admission {
         Admission::TinyLfu => label.push_str(" + TinyLFU admission"),

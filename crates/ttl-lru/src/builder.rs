@@ -27,6 +27,13 @@ use crate::tally::Tally;
 pub const DEFAULT_SAMPLES: usize = 10;
 /// Default size of the per-shard eviction candidate pool (Redis's `EVPOOL_SIZE`).
 pub const DEFAULT_POOL_SIZE: usize = 16;
+/// [`DEFAULT_SAMPLES`] for [`Admission::Adaptive`]: its pools rank by recency and its duels
+/// by frequency, and it meets every cell of the hit-ratio tables with fewer samples and a
+/// smaller pool (which refreshes its candidates more often) at a fifth less work per insert
+/// (docs/benchmarks.md, "Session 11").
+pub const ADAPTIVE_SAMPLES: usize = 6;
+/// [`DEFAULT_POOL_SIZE`] for [`Admission::Adaptive`] (per region: main and window each).
+pub const ADAPTIVE_POOL_SIZE: usize = 8;
 /// Default [`recency_resolution`](CacheBuilder::recency_resolution): a hit records its time
 /// only if the entry's recorded access is at least this old. Redis keeps a 1 s LRU clock and
 /// memcached bumps an item at most once a minute for the same reason: a read that writes
@@ -45,9 +52,12 @@ const MIN_SHARD_CAPACITY: u64 = 64;
 pub struct CacheBuilder<K, V> {
     capacity: u64,
     name: Option<String>,
-    samples: usize,
+    /// `None`: the admission policy's default ([`DEFAULT_SAMPLES`] or [`ADAPTIVE_SAMPLES`]).
+    samples: Option<usize>,
     recency: Duration,
-    pool_size: usize,
+    /// `None`: the admission policy's default ([`DEFAULT_POOL_SIZE`] or
+    /// [`ADAPTIVE_POOL_SIZE`]).
+    pool_size: Option<usize>,
     shards: Option<usize>,
     default_ttl: Duration,
     negative_ttl: Duration,
@@ -95,9 +105,9 @@ where
         Self {
             capacity,
             name: None,
-            samples: DEFAULT_SAMPLES,
+            samples: None,
             recency: DEFAULT_RECENCY_RESOLUTION,
-            pool_size: DEFAULT_POOL_SIZE,
+            pool_size: None,
             shards: None,
             default_ttl: Duration::MAX,
             negative_ttl: Duration::ZERO,
@@ -187,9 +197,9 @@ where
     }
 
     /// Entries sampled per eviction (at least 1): a window of adjacent entries from a random
-    /// start. Default [`DEFAULT_SAMPLES`].
+    /// start. Default [`DEFAULT_SAMPLES`] ([`ADAPTIVE_SAMPLES`] with [`Admission::Adaptive`]).
     pub fn samples(mut self, k: usize) -> Self {
-        self.samples = k.max(1);
+        self.samples = Some(k.max(1));
         self
     }
 
@@ -203,15 +213,16 @@ where
     }
 
     /// Keep a Redis-style pool of the best eviction candidates across evictions (default on,
-    /// [`DEFAULT_POOL_SIZE`] entries per shard). Off: each eviction picks the best of its samples.
+    /// [`DEFAULT_POOL_SIZE`] entries per shard, [`ADAPTIVE_POOL_SIZE`] with
+    /// [`Admission::Adaptive`]). Off: each eviction picks the best of its samples.
     pub fn eviction_pool(mut self, enabled: bool) -> Self {
-        self.pool_size = if enabled { DEFAULT_POOL_SIZE } else { 0 };
+        self.pool_size = if enabled { None } else { Some(0) };
         self
     }
 
     /// Candidate pool size per shard; 0 disables the pool.
     pub fn eviction_pool_size(mut self, size: usize) -> Self {
-        self.pool_size = size;
+        self.pool_size = Some(size);
         self
     }
 
@@ -288,6 +299,17 @@ where
 
     /// Builds the cache (and registers it if it has a name).
     pub fn build(self) -> Cache<K, V> {
+        let adaptive = self.admission == Admission::Adaptive;
+        let samples = self.samples.unwrap_or(if adaptive {
+            ADAPTIVE_SAMPLES
+        } else {
+            DEFAULT_SAMPLES
+        });
+        let pool_size = self.pool_size.unwrap_or(if adaptive {
+            ADAPTIVE_POOL_SIZE
+        } else {
+            DEFAULT_POOL_SIZE
+        });
         let hasher = match self.seed {
             Some(s) => ahash::RandomState::with_seeds(
                 s,
@@ -326,7 +348,7 @@ where
                 };
                 Shard::new(
                     cap,
-                    self.pool_size,
+                    pool_size,
                     seed,
                     self.admission,
                     recency_ms,
@@ -359,7 +381,7 @@ where
             hasher,
             clock,
             cfg: ShardConfig {
-                samples: self.samples,
+                samples,
                 swr_ms: duration_to_ms(self.stale_while_revalidate),
             },
             capacity: parking_lot::Mutex::new(self.capacity),
@@ -418,6 +440,40 @@ mod tests {
             let (min, max) = (parts.iter().min().unwrap(), parts.iter().max().unwrap());
             assert!(max - min <= 1);
         }
+    }
+
+    #[test]
+    fn each_policy_samples_and_pools_by_its_own_defaults_unless_told() {
+        let settings = |b: CacheBuilder<u32, u32>| {
+            let cache = b.build();
+            let shard = &cache.inner.shards[0];
+            (cache.inner.cfg.samples, shard.pool_sizes_for_test())
+        };
+        assert_eq!(
+            settings(crate::Cache::builder(1000)),
+            (DEFAULT_SAMPLES, (DEFAULT_POOL_SIZE, None))
+        );
+        let adaptive = || crate::Cache::builder(1000).admission(Admission::Adaptive);
+        assert_eq!(
+            settings(adaptive()),
+            (
+                ADAPTIVE_SAMPLES,
+                (ADAPTIVE_POOL_SIZE, Some(ADAPTIVE_POOL_SIZE))
+            )
+        );
+        assert_eq!(
+            settings(adaptive().samples(3).eviction_pool_size(5)),
+            (3, (5, Some(5))),
+            "explicit settings win"
+        );
+        assert_eq!(
+            settings(adaptive().eviction_pool(false).eviction_pool(true)),
+            (
+                ADAPTIVE_SAMPLES,
+                (ADAPTIVE_POOL_SIZE, Some(ADAPTIVE_POOL_SIZE))
+            ),
+            "a pool switched back on has the policy's size"
+        );
     }
 
     #[test]

@@ -127,7 +127,10 @@ mod table;
 mod tally;
 
 pub use admission::Admission;
-pub use builder::{CacheBuilder, DEFAULT_POOL_SIZE, DEFAULT_RECENCY_RESOLUTION, DEFAULT_SAMPLES};
+pub use builder::{
+    ADAPTIVE_POOL_SIZE, ADAPTIVE_SAMPLES, CacheBuilder, DEFAULT_POOL_SIZE,
+    DEFAULT_RECENCY_RESOLUTION, DEFAULT_SAMPLES,
+};
 pub use bulk::ManyFetched;
 pub use cache::{Cache, Entry, Fence, Freshness};
 pub use clock::{Clock, CoarseClock, ManualClock, TokioClock};

@@ -111,6 +111,12 @@ impl EvictionPool {
         self.entries.len()
     }
 
+    /// How many candidates the pool keeps (tests).
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) fn capacity_for_test(&self) -> usize {
+        self.capacity
+    }
+
     /// The candidate at `pos` (0 is the worst, `len() - 1` the best).
     #[inline]
     pub(crate) fn at(&self, pos: usize) -> Candidate {

@@ -897,6 +897,19 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         }
     }
 
+    /// The sizes of this shard's eviction pools: main's and, with the adaptive policy, the
+    /// window's (tests).
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) fn pool_sizes_for_test(&self) -> (usize, Option<usize>) {
+        let t = self.table.read();
+        (
+            t.pool_capacity_for_test(),
+            t.adaptive
+                .as_ref()
+                .map(|st| st.window_pool.capacity_for_test()),
+        )
+    }
+
     /// The adaptive policy's miniature simulations (shared by every shard of the cache).
     pub(crate) fn simulations(&self) -> Option<Arc<MiniSims>> {
         self.table

@@ -377,6 +377,12 @@ impl<K: Eq + Hash, V> Table<K, V> {
         }
     }
 
+    /// How many candidates main's pool keeps (tests).
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) fn pool_capacity_for_test(&self) -> usize {
+        self.pool.capacity_for_test()
+    }
+
     /// Entries held, values and cached errors.
     #[inline]
     pub(crate) fn len(&self) -> usize {
