@@ -749,10 +749,10 @@ impl Config {
     /// `next()` picking the least frequent of the 12 oldest main candidates from a sketch twice
     /// as wide, with its window share chosen by miniature simulations instead of ghosts, the
     /// density guard and the dead band: 3 copies of this policy at fixed shares
-    /// `(i / 2)^2` (0, 25 and 100%; 6 at `(i / 5)^2` until session 10) of 500 entries (a
-    /// quarter of a cache under 2,000; 1,000 until session 11, every cell as now, worst shift
-    /// 1% -0.41), each fed the keys of one hash bucket in `max(4, capacity / 500)`; every 8 x
-    /// capacity requests the window
+    /// `(i / 2)^2` (0, 25 and 100%; 6 at `(i / 5)^2` until session 10) of 1,000 entries (a
+    /// quarter of a cache under 4,000; `mini=3/500/...` held every cell here too, but cost the
+    /// store 0.2 point on shift 10%), each fed the keys of
+    /// one hash bucket in `max(4, capacity / 1000)`; every 8 x capacity requests the window
     /// takes the share of the copy with the fewest misses (each period's misses plus half the
     /// last score). The copies run twice, picking main's victim as the least frequent of the
     /// 12 oldest and as the oldest (`malt=1`), and the cache takes the winner's pick too: P6
@@ -773,7 +773,7 @@ impl Config {
             samples: 6,
             pool: 8,
             minis: 3,
-            mini_size: 500,
+            mini_size: 1000,
             mini_period: 8.0,
             mini_max: 1.0,
             mini_decay: 0.5,

@@ -33,7 +33,7 @@
 //! A hit writes its entry's own stamp word while its count rises (none once the count is 16,
 //! at most 16 per aging) or to protect it (a main entry's first hit), and counts itself in its
 //! thread's [`HitBuffer`] for the shard, where it also appends the key's hash if the miniature
-//! simulations sample it (one key in `max(4, capacity / 500)`). Nothing shared is written
+//! simulations sample it (one key in `max(4, capacity / 1000)`). Nothing shared is written
 //! but once per [`HIT_BUFFER`] sampled hits of a thread: the hit that fills the buffer drains
 //! it under the shard's write lock if that is free at once (`ShardLock::try_write`), else the
 //! buffer drops hashes until the thread's next insert into the shard drains it under the
@@ -64,7 +64,7 @@
 //! word, whose 52 low bits keep the stamp); the sketch (4 rows of 4-bit counters over the next
 //! power of two of 8 x capacity, 16 to 32 bytes, plus a doorkeeper of 4 to 8 bytes); per
 //! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 6 copies of at most
-//! 500 simulated entries of 24 bytes, each with its own 12 KB sketch, and one index of the
+//! 1,000 simulated entries of 24 bytes, each with its own 24 KB sketch, and one index of the
 //! keys they hold) and a 128-byte hit
 //! buffer per (tally stripe, shard): (2P + 1) x 4P x 128 bytes with the default shard count on
 //! P cores (5 KB at 2 cores, 0.3 MB at 16, 4.2 MB at 64; 384 bytes each while every hit's hash
@@ -130,7 +130,7 @@ const CHECKPOINTS: usize = 256;
 
 /// One thread's buffered hits on one shard: written only by that thread (plain loads and
 /// stores), drained by that thread under the shard's write lock. It holds the hashes the
-/// miniature simulations sample (one hit in `max(4, capacity / 500)`) and counts the rest.
+/// miniature simulations sample (one hit in `max(4, capacity / 1000)`) and counts the rest.
 #[derive(Debug)]
 pub(crate) struct HitBuffer {
     len: AtomicU64,

@@ -1780,7 +1780,7 @@ mod tests {
             c.insert(k, k, hour).expect("no error");
         }
         c.set_capacity(100_000);
-        assert_eq!(sims.shape(), (500, 200), "500 entries, one key in 200");
+        assert_eq!(sims.shape(), (1_000, 100), "1,000 entries, one key in 100");
         let grown = shape(&c);
         for ((cap, words, ages), (_, old_words, old_ages)) in grown.iter().zip(&before) {
             assert_eq!(*cap, 25_000);
