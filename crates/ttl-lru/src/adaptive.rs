@@ -23,8 +23,9 @@
 //! (for the idle decay).
 //!
 //! An eviction at the target duels the oldest window candidate against main's victim: the
-//! least frequent of the 12 oldest main candidates (or the oldest, when the simulations find
-//! that pick misses less), its count halved per `8 x capacity`
+//! least frequent of the 12 oldest pooled main candidates (all 8 of main's pool with the
+//! default [`ADAPTIVE_POOL_SIZE`](crate::ADAPTIVE_POOL_SIZE); or the oldest, when the
+//! simulations find that pick misses less), its count halved per `8 x capacity`
 //! requests it has been idle (a hot set that moved on keeps high counts until the sketch ages;
 //! its idle time tells at once). A victim that wins stays pooled, so the next duel is against
 //! it again (a loop's newcomers keep losing, as moka's LRU head stays put). A window above its

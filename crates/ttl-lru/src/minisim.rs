@@ -22,8 +22,8 @@
 //!
 //! Modelled first in `benches/src/adaptive.rs` (`Config::minisim()`); [`Mini`] is that model
 //! with the options it uses, the store's eviction (`table.rs`) but cheaper: 4 adjacent samples
-//! plus a pool of 4 per region (the store's: 10 and 16, so a copy's "least frequent of the 12
-//! oldest" reads the 4 it has pooled), a sampled SLRU main space, a sticky victim, idle decay,
+//! plus a pool of 4 per region (the store's: 6 and 8, so a copy's "least frequent of the 12
+//! oldest" reads the 4 it has pooled, as the store's reads its 8), a sampled SLRU main space, a sticky victim, idle decay,
 //! the adaptive policy's sketch and its resident counts (each copy has its own sketch of its
 //! own misses, as the lab's copies do).
 //!
@@ -59,7 +59,8 @@ const MIN_RATE: u64 = 4;
 const PERIOD: u64 = 8;
 /// Each period's score: its misses plus this share of the last score.
 const DECAY: f64 = 0.5;
-/// Adjacent samples and pool size per region of a copy: fewer than the store's 10 and 16, as
+/// Adjacent samples and pool size per region of a copy: fewer than the store's (10 and 16
+/// when this was measured; 6 and 8 since session 11), as
 /// cheaper copies still rank the shares as the store's eviction would (lab, `msamp=4,mpool=4`:
 /// every cell still within 0.5, worst shift 1% -0.40 against -0.48 with the store's own) and
 /// a copy's miss, most of an insert into a small cache, costs about half as much.
