@@ -295,10 +295,9 @@ impl FrequencySketch {
         }
     }
 
-    /// Halves every counter and clears the doorkeeper (the thread that crossed the sample size).
-    /// Counter words (tests: how large the sketch was shaped).
-    #[cfg(all(test, not(herd_loom)))]
-    pub(crate) fn words_for_test(&self) -> usize {
+    /// Counter words: how large the sketch was shaped (a re-shape to the same size is
+    /// skipped, so a resize keeps what the sketch has seen).
+    pub(crate) fn words(&self) -> usize {
         self.counters.len()
     }
 
@@ -343,6 +342,7 @@ impl FrequencySketch {
         }
     }
 
+    /// Halves every counter and clears the doorkeeper (the thread that crossed the sample size).
     fn age(&self) {
         self.ages.store(self.ages() + 1, Ordering::Relaxed);
         for word in &self.counters {

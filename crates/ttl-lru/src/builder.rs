@@ -443,6 +443,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(herd_loom))]
     fn each_policy_samples_and_pools_by_its_own_defaults_unless_told() {
         let settings = |b: CacheBuilder<u32, u32>| {
             let cache = b.build();

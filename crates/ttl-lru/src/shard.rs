@@ -172,12 +172,12 @@ pub(crate) struct Shard<K, V> {
     /// The cache's free capacity: a write that grows the shard takes from it, a removal gives
     /// back.
     budget: Budget,
-    sketch: Option<FrequencySketch>,
     /// The cache's eviction listener, if any (`shard/notify.rs`).
     listener: Option<Arc<Listener<K, V>>>,
     /// The adaptive policy's per-thread hit buffers (`adaptive.rs`); `None` for the others.
     hit_buffers: Option<HitBuffers>,
-    /// `sketch` or `hit_buffers` is set: lookups take the hooked copy of the hit path.
+    /// The table's TinyLFU sketch or `hit_buffers` is set: lookups take the hooked copy of the
+    /// hit path.
     hooked: bool,
 }
 
@@ -206,6 +206,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             let minis = minis.unwrap_or_else(|| Arc::new(MiniSims::new(capacity, seed)));
             table.adaptive = Some(Box::new(State::new(share, pool_size, minis)));
         }
+        if admission == Admission::TinyLfu {
+            table.sketch = Some(Box::new(FrequencySketch::new(share)));
+        }
         let hit_buffers = adaptive.then(|| HitBuffers::new(tally.len()));
         Self {
             table: ShardLock::new(table, tally.clone()),
@@ -214,7 +217,6 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             counters: CachePadded::default(),
             tally,
             budget,
-            sketch: (admission == Admission::TinyLfu).then(|| FrequencySketch::new(share)),
             hooked: admission != Admission::Always,
             hit_buffers,
             listener: None,
@@ -287,10 +289,13 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             .is_some_and(|b| b.push(raised, st.minis.sampled(hash).then_some(hash)))
     }
 
+    /// Records a lookup in the TinyLFU sketch, if the table has one, under the read lock
+    /// (relaxed atomics: `admission.rs`), so that `set_capacity` can re-shape the sketch under
+    /// the write lock.
     #[inline]
-    fn record_access(&self, hash: u64) {
-        if let Some(s) = &self.sketch {
-            self.record_in(s, hash);
+    fn record_access(t: &Table<K, V>, me: Option<&Stripe>, hash: u64) {
+        if let Some(s) = &t.sketch {
+            Self::record_in(s, me, hash);
         }
     }
 
@@ -298,8 +303,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     /// Not inlined: with the stripe lookup inlined into every hit path, the default (sketchless)
     /// get measured 143 instructions instead of 138 (callgrind, `hitprobe ttl-lru 10000`).
     #[inline(never)]
-    fn record_in(&self, sketch: &FrequencySketch, hash: u64) {
-        sketch.record(hash, self.tally.mine());
+    fn record_in(sketch: &FrequencySketch, me: Option<&Stripe>, hash: u64) {
+        sketch.record(hash, me);
     }
 
     /// The hit path of `get`: a fresh value or `None`.
@@ -325,11 +330,11 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        if HOOKED {
-            self.record_access(hash);
-        }
         let t = self.table.read();
         let me = t.me();
+        if HOOKED {
+            Self::record_access(&t, me, hash);
+        }
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
             // The default's hit checks and touches in one (`Slot::hit`); a hooked policy
@@ -383,11 +388,11 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        if HOOKED {
-            self.record_access(hash);
-        }
         let t = self.table.read();
         let me = t.me();
+        if HOOKED {
+            Self::record_access(&t, me, hash);
+        }
         if let Some(i) = t.find_value(hash, q) {
             let s = t.slot(i);
             let idle_ms = t.idle_of(i);
@@ -462,11 +467,11 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        if HOOKED {
-            self.record_access(hash);
-        }
         let t = self.table.read();
         let me = t.me();
+        if HOOKED {
+            Self::record_access(&t, me, hash);
+        }
         match t.find(hash, q) {
             Some(At::Value(i)) => {
                 let s = t.slot(i);
@@ -713,7 +718,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 break;
             };
             if evicted.is_empty()
-                && let Some(sketch) = &self.sketch
+                && let Some(sketch) = t.sketch.as_deref()
                 && now < t.expires_at(v)
                 && !sketch.admit(hash, t.hash_of(v))
             {
@@ -886,14 +891,20 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         n
     }
 
-    /// Sets the most one entry may weigh (the cache's capacity).
-    /// Sets the cache's capacity (`capacity`) and this shard's expected share of it (`share`:
-    /// it sizes the adaptive policy's state; the TinyLFU sketch keeps its build-time size).
+    /// Sets the cache's capacity (`capacity`, the most one entry may weigh) and this shard's
+    /// expected share of it (`share`: it sizes the adaptive policy's state and the TinyLFU
+    /// sketch; a sketch re-shaped to another size starts empty, as after a build).
     pub(crate) fn set_limit(&self, capacity: u64, share: u64) {
         let mut t = self.table.write();
         t.capacity = capacity;
         if let Some(st) = t.adaptive.as_deref_mut() {
             st.resize(share);
+        }
+        if let Some(sketch) = t.sketch.as_deref_mut() {
+            let resized = FrequencySketch::new(share);
+            if resized.words() != sketch.words() {
+                *sketch = resized;
+            }
         }
     }
 
@@ -1749,6 +1760,48 @@ mod tests {
     /// the new capacity (sketch, window target; resident counts keep their ages) and the
     /// cache's simulations to the new capacity (size and sampling rate). Before, a cache grown
     /// 100-fold kept simulating its build-time size and sketching a hundredth of its keys.
+    /// `set_capacity` re-shapes each shard's TinyLFU sketch for its share of the new capacity
+    /// (before, the sketch kept its build-time size: a cache grown 100-fold estimated its keys'
+    /// frequencies in a sketch made for a hundredth of them), and the filter still admits.
+    #[test]
+    fn set_capacity_resizes_the_tinylfu_sketch() {
+        let c: crate::Cache<u64, u64> = crate::Cache::builder(1_000)
+            .shards(4)
+            .admission(Admission::TinyLfu)
+            .seed(7)
+            .build();
+        let words = |c: &crate::Cache<u64, u64>| -> Vec<usize> {
+            c.inner
+                .shards
+                .iter()
+                .map(|s| s.table.read().sketch.as_ref().expect("tinylfu").words())
+                .collect()
+        };
+        let before = words(&c);
+        let hour = std::time::Duration::from_secs(3600);
+        c.set_capacity(1_000);
+        assert_eq!(words(&c), before, "the same size keeps the sketch");
+        c.set_capacity(100_000);
+        for (grown, old) in words(&c).iter().zip(&before) {
+            assert!(*grown >= 50 * old, "{grown} counter words, was {old}");
+        }
+        for k in 0..100_000 {
+            c.insert(k, k, hour).expect("no error");
+        }
+        assert_eq!(c.len(), 100_000, "a grown cache fills to its new capacity");
+        c.set_capacity(100);
+        for (shrunk, old) in words(&c).iter().zip(&before) {
+            assert!(shrunk < old, "{shrunk} counter words, was {old}");
+        }
+        // The filter works in the new sketch: a key asked for often is admitted over the
+        // victims of a full cache, a key never asked for before may be refused.
+        for _ in 0..10 {
+            c.get(&7_777_777);
+        }
+        assert_eq!(c.insert(7_777_777, 1, hour), Ok(true));
+        assert_eq!(c.get(&7_777_777), Some(1));
+    }
+
     #[test]
     fn set_capacity_resizes_the_adaptive_policy_and_its_simulations() {
         let c: crate::Cache<u64, u64> = crate::Cache::builder(1_000)
@@ -1764,7 +1817,7 @@ mod tests {
                 .map(|s| {
                     let t = s.table.read();
                     let st = t.adaptive.as_ref().expect("adaptive");
-                    (st.capacity, st.sketch.words_for_test(), st.sketch.ages())
+                    (st.capacity, st.sketch.words(), st.sketch.ages())
                 })
                 .collect()
         };

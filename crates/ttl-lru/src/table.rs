@@ -309,6 +309,10 @@ pub(crate) struct Table<K, V> {
     rng: XorShift64,
     /// The adaptive policy's state (`adaptive.rs`); `None` for the other policies.
     pub(crate) adaptive: Option<Box<State>>,
+    /// The TinyLFU policy's admission sketch; `None` for the other policies. Lookups record
+    /// into it under the read lock (relaxed atomics); `set_capacity` re-shapes it under the
+    /// write lock.
+    pub(crate) sketch: Option<Box<FrequencySketch>>,
     /// Entries read by eviction (tests: it reads `samples` plus a few pooled ones per victim,
     /// whatever the table's size; a walk anywhere on that path would show here).
     #[cfg(all(test, not(herd_loom)))]
@@ -372,6 +376,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
             writes: WriteLog::new(share),
             rng: XorShift64::new(seed),
             adaptive: None,
+            sketch: None,
             #[cfg(all(test, not(herd_loom)))]
             eviction_reads: crate::sync::plain::AtomicU64::new(0),
         }
