@@ -33,6 +33,12 @@ pub trait Store: Send + Sync {
             self.insert(k, k);
         }
     }
+    /// Looks up every key through the store's read-through path (each a miss that runs a
+    /// trivial fill and stores its value), inside one current-thread runtime; `false` if the
+    /// store has no such path (`hitprobe`'s `fill` mode).
+    fn read_through_all(&self, _keys: &[u64]) -> bool {
+        false
+    }
     /// Runs a mixed stream: `(key, true)` is an insert, `(key, false)` a get. Returns hits.
     fn mixed(&self, ops: &[(u64, bool)]) -> u64 {
         let mut hits = 0;
@@ -114,6 +120,22 @@ impl TtlLruStore {
 impl Store for TtlLruStore {
     fn name(&self) -> &'static str {
         self.1
+    }
+    fn read_through_all(&self, keys: &[u64]) -> bool {
+        current_thread().block_on(async {
+            for &key in keys {
+                let fetched = self
+                    .0
+                    .get_or_try_insert(
+                        key,
+                        |_| Duration::from_secs(3600),
+                        || async move { Ok::<_, std::convert::Infallible>(key) },
+                    )
+                    .await;
+                std::hint::black_box(fetched.ok());
+            }
+        });
+        true
     }
     fn get(&self, key: u64) -> Option<u64> {
         self.0.get(&key)
@@ -226,6 +248,21 @@ impl QuickCache {
 impl Store for QuickCache {
     fn name(&self) -> &'static str {
         "quick_cache"
+    }
+    fn read_through_all(&self, keys: &[u64]) -> bool {
+        current_thread().block_on(async {
+            for &key in keys {
+                match self.0.get_value_or_guard_async(&key).await {
+                    Ok(v) => {
+                        std::hint::black_box(v);
+                    }
+                    Err(guard) => {
+                        let _ = std::hint::black_box(guard.insert(key));
+                    }
+                }
+            }
+        });
+        true
     }
     fn get(&self, key: u64) -> Option<u64> {
         self.0.get(&key)
@@ -555,6 +592,14 @@ pub fn all_stores(capacity: usize) -> Vec<Box<dyn Store>> {
         Box::new(LruMutex::new(capacity)),
         Box::new(LruTtlLike::new(capacity)),
     ]
+}
+
+/// A current-thread runtime for a batch of async calls (no I/O or timers: the read-through
+/// paths measured here need neither).
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a current-thread runtime")
 }
 
 #[cfg(test)]

@@ -3,13 +3,16 @@
 //! `insert` as the fourth argument it times `ops` inserts of new keys instead (at capacity: each
 //! evicts); with `zipf`, `ops` lookups of the same keys drawn zipf(1.0) (every one a hit, most
 //! of them on a hot few: what a production read mix looks like, where the uniform order makes
-//! most hits a key's first few).
+//! most hits a key's first few); with `fill`, `ops` read-through lookups of new keys (each a
+//! miss whose trivial fill stores its value, at capacity: ttl-lru's `get_or_try_insert`,
+//! quick_cache's `get_value_or_guard_async`; the criterion `coalesce/uncontended_miss` group
+//! measures the same below its target size).
 //!
 //! The criterion `get_hit` group builds every store before it measures any, and runs long; this
 //! is the small, single-store program to put under `perf record`, `valgrind --tool=cachegrind`
 //! or a loop of interleaved runs when comparing two builds of one store (docs/benchmarks.md).
 //!
-//! `cargo run --release -p benches --bin hitprobe -- <ttl-lru|ttl-lru-tinylfu|ttl-lru-adaptive|quick_cache|floor> [entries] [ops] [get|insert|zipf]`
+//! `cargo run --release -p benches --bin hitprobe -- <ttl-lru|ttl-lru-tinylfu|ttl-lru-adaptive|quick_cache|floor> [entries] [ops] [get|insert|zipf|fill]`
 //!
 //! `ttl-lru:SAMPLES:POOL` builds ttl-lru with other eviction settings (`ttl-lru:5:0`: 5 samples,
 //! no candidate pool), to measure what the defaults cost on inserts at capacity;
@@ -34,7 +37,7 @@ fn main() {
     };
     let (insert, zipf) = match args.get(3).map(String::as_str) {
         None | Some("get") => (false, false),
-        Some("insert") => (true, false),
+        Some("insert" | "fill") => (true, false),
         Some("zipf") => (false, true),
         Some(other) => return usage(&format!("unknown mode {other:?}")),
     };
@@ -80,11 +83,19 @@ fn main() {
         let fresh: Vec<u64> = (entries as u64..(entries + gets) as u64)
             .map(scatter)
             .collect();
+        let fill = args.get(3).is_some_and(|m| m == "fill");
         let started = std::time::Instant::now();
-        store.insert_all(&fresh);
+        if fill {
+            if !store.read_through_all(&fresh) {
+                return usage(&format!("{} has no read-through path", store.name()));
+            }
+        } else {
+            store.insert_all(&fresh);
+        }
         let ns = started.elapsed().as_nanos() as f64 / gets.max(1) as f64;
+        let what = if fill { "fill" } else { "insert" };
         println!(
-            "{} entries={entries} inserts={gets} ns/insert={ns:.1}",
+            "{} entries={entries} {what}s={gets} ns/{what}={ns:.1}",
             store.name()
         );
         return;
@@ -111,7 +122,7 @@ fn main() {
 fn usage(problem: &str) {
     eprintln!("hitprobe: {problem}");
     eprintln!(
-        "usage: hitprobe <ttl-lru|ttl-lru-tinylfu|ttl-lru-adaptive|ttl-lru:SAMPLES:POOL|quick_cache|floor> [entries=100000] [ops=2000000] [get|insert|zipf]"
+        "usage: hitprobe <ttl-lru|ttl-lru-tinylfu|ttl-lru-adaptive|ttl-lru:SAMPLES:POOL|quick_cache|floor> [entries=100000] [ops=2000000] [get|insert|zipf|fill]"
     );
     std::process::exit(2);
 }
