@@ -1802,6 +1802,48 @@ mod tests {
         assert_eq!(c.get(&7_777_777), Some(1));
     }
 
+    /// Resizes racing lookups that record into the TinyLFU sketch and inserts that consult it:
+    /// the sketch is replaced only under the write lock, so every lookup records into the sketch
+    /// it read under its read lock (no lost shard, no panic, no deadlock), and the cache ends at
+    /// its last capacity with a sketch shaped for it.
+    #[test]
+    fn tinylfu_resizes_race_lookups_and_inserts() {
+        let c: crate::Cache<u64, u64> = crate::Cache::builder(2_000)
+            .shards(4)
+            .admission(Admission::TinyLfu)
+            .seed(11)
+            .build();
+        let hour = std::time::Duration::from_secs(3600);
+        std::thread::scope(|scope| {
+            for t in 0..2u64 {
+                let c = &c;
+                scope.spawn(move || {
+                    let mut k = t;
+                    for _ in 0..100_000 {
+                        k = k
+                            .wrapping_mul(6_364_136_223_846_793_005)
+                            .wrapping_add(1_442_695_040_888_963_407);
+                        let key = (k >> 33) % 5_000;
+                        if c.get(&key).is_none() {
+                            let _ = c.insert(key, key, hour);
+                        }
+                    }
+                });
+            }
+            for round in 0..200 {
+                c.set_capacity(if round % 2 == 0 { 100 } else { 20_000 });
+                std::thread::yield_now();
+            }
+        });
+        c.set_capacity(500);
+        assert!(c.len() <= 500, "{} entries", c.len());
+        let expected = crate::admission::FrequencySketch::new(125).words();
+        for s in c.inner.shards.iter() {
+            let t = s.table.read();
+            assert_eq!(t.sketch.as_ref().expect("tinylfu").words(), expected);
+        }
+    }
+
     #[test]
     fn set_capacity_resizes_the_adaptive_policy_and_its_simulations() {
         let c: crate::Cache<u64, u64> = crate::Cache::builder(1_000)
