@@ -784,15 +784,26 @@ fn usage(problem: &str) -> ! {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
+    use std::collections::{HashMap, HashSet};
 
     use super::*;
 
-    impl OpenSampled {
+    /// What the shared checks need of a store beyond [`Probe`].
+    trait TestStore: Probe + Sized {
+        fn build(capacity: usize, shards: usize, cfg: Config) -> Self;
+        fn len(&self) -> usize;
+        /// Every (key, value) the store holds.
+        fn held(&self) -> Vec<(u64, u64)>;
+        fn remove(&self, key: u64) -> bool;
+    }
+
+    impl TestStore for OpenSampled {
+        fn build(capacity: usize, shards: usize, cfg: Config) -> Self {
+            Self::new(capacity, shards, cfg)
+        }
         fn len(&self) -> usize {
             self.shards.iter().map(|s| s.0.read().len).sum()
         }
-        /// Every (key, value) the buckets hold.
         fn held(&self) -> Vec<(u64, u64)> {
             let tables = self.shards.iter().map(|s| s.0.read());
             let held = tables.map(|t| t.buckets.iter().map(|b| (b.hash, b.key, b.value)).collect());
@@ -811,9 +822,28 @@ mod tests {
         }
     }
 
-    #[test]
-    fn get_after_insert() {
-        let store = OpenSampled::new(100, 4, cfg(5, 0, 0.875, Start::Home));
+    impl TestStore for HbSampled {
+        fn build(capacity: usize, shards: usize, cfg: Config) -> Self {
+            Self::new(capacity, shards, cfg)
+        }
+        fn len(&self) -> usize {
+            self.shards.iter().map(|s| s.0.read().table.len()).sum()
+        }
+        fn held(&self) -> Vec<(u64, u64)> {
+            let tables = self.shards.iter().map(|s| s.0.read());
+            let held = tables.map(|t| t.table.iter().map(|e| (e.key, e.value)).collect());
+            held.collect::<Vec<Vec<_>>>().concat()
+        }
+        fn remove(&self, key: u64) -> bool {
+            let hash = self.hash(key);
+            let mut shard = self.shard(hash).write();
+            let found = shard.table.find_entry(hash, |e| e.key == key);
+            found.map(|e| e.remove()).is_ok()
+        }
+    }
+
+    fn check_get_after_insert<S: TestStore>(start: Start) {
+        let store = S::build(100, 4, cfg(5, 0, 0.875, start));
         assert_eq!(store.get(7), None);
         store.insert(7, 70);
         store.insert(8, 80);
@@ -826,9 +856,18 @@ mod tests {
     }
 
     #[test]
-    fn never_holds_more_than_capacity() {
+    fn get_after_insert() {
+        check_get_after_insert::<OpenSampled>(Start::Home);
+    }
+
+    #[test]
+    fn hb_get_after_insert() {
+        check_get_after_insert::<HbSampled>(Start::Bucket);
+    }
+
+    fn check_never_holds_more_than_capacity<S: TestStore>() {
         for (shards, pool, start) in [(1, 0, Start::Bucket), (4, 16, Start::Home)] {
-            let store = OpenSampled::new(1000, shards, cfg(5, pool, 0.875, start));
+            let store = S::build(1000, shards, cfg(5, pool, 0.875, start));
             for key in 0..20_000u64 {
                 store.insert(scatter(key), key);
                 assert!(store.len() <= 1000);
@@ -837,18 +876,26 @@ mod tests {
         }
     }
 
-    /// Random inserts, replacements and removals against a model: whatever the table holds must
-    /// be findable with the model's latest value (backward-shift deletion keeps clusters whole).
     #[test]
-    fn every_held_key_stays_findable() {
-        let configs = [
-            (1, cfg(5, 0, 0.875, Start::Bucket)),
-            (2, cfg(10, 16, 0.875, Start::Entry)),
-            (1, cfg(3, 4, 0.75, Start::Home)),
-            (2, cfg(5, 0, 0.875, Start::Home)),
-        ];
-        for (shards, cfg) in configs {
-            let store = OpenSampled::new(112, shards, cfg);
+    fn never_holds_more_than_capacity() {
+        check_never_holds_more_than_capacity::<OpenSampled>();
+    }
+
+    #[test]
+    fn hb_never_holds_more_than_capacity() {
+        check_never_holds_more_than_capacity::<HbSampled>();
+    }
+
+    /// Random inserts (evicting at capacity), replacements and removals against a model: what
+    /// the store holds must be findable with the model's latest value, each key once (in
+    /// `OpenSampled`, backward-shift deletion keeps clusters whole). `get_each_insert` also
+    /// checks every insert at once.
+    fn check_every_held_key_stays_findable<S: TestStore>(
+        configs: &[(usize, Config)],
+        get_each_insert: bool,
+    ) {
+        for &(shards, cfg) in configs {
+            let store = S::build(112, shards, cfg);
             let mut model = HashMap::new();
             let mut rng = benches::rng::Rng::new(42);
             for op in 0..100_000u64 {
@@ -861,6 +908,9 @@ mod tests {
                 } else {
                     store.insert(key, op);
                     model.insert(key, op);
+                    if get_each_insert {
+                        assert_eq!(store.get(key), Some(op));
+                    }
                 }
                 if op % 64 == 0 {
                     store.tick();
@@ -872,7 +922,7 @@ mod tests {
                         assert_eq!(model.get(&key), Some(&value));
                     }
                     assert_eq!(held.len(), store.len());
-                    let distinct: std::collections::HashSet<_> = held.iter().map(|h| h.0).collect();
+                    let distinct: HashSet<_> = held.iter().map(|h| h.0).collect();
                     assert_eq!(distinct.len(), held.len(), "a key held twice");
                     assert!(store.len() <= 112);
                 }
@@ -881,14 +931,33 @@ mod tests {
     }
 
     #[test]
-    fn eviction_prefers_old_entries() {
-        for (k, pool, start) in [
-            (5, 0, Start::Bucket),
-            (10, 16, Start::Bucket),
-            (5, 0, Start::Entry),
-            (5, 0, Start::Home),
-        ] {
-            let store = OpenSampled::new(4000, 1, cfg(k, pool, 0.875, start));
+    fn every_held_key_stays_findable() {
+        let configs = [
+            (1, cfg(5, 0, 0.875, Start::Bucket)),
+            (2, cfg(10, 16, 0.875, Start::Entry)),
+            (1, cfg(3, 4, 0.75, Start::Home)),
+            (2, cfg(5, 0, 0.875, Start::Home)),
+        ];
+        check_every_held_key_stays_findable::<OpenSampled>(&configs, false);
+    }
+
+    #[test]
+    fn hb_every_held_key_stays_findable() {
+        let configs = [
+            (1, cfg(5, 0, 0.875, Start::Bucket)),
+            (2, cfg(10, 16, 0.875, Start::Bucket)),
+            (1, cfg(3, 4, 0.4375, Start::Entry)),
+            (2, cfg(5, 0, 0.875, Start::Home)),
+        ];
+        check_every_held_key_stays_findable::<HbSampled>(&configs, true);
+    }
+
+    /// Fills one shard, touches the even keys, then inserts a quarter of the capacity anew: the
+    /// evictions must mostly take the untouched odd keys. `configs` are (k, pool, start).
+    fn check_eviction_prefers_old_entries<S: TestStore>(configs: &[(usize, usize, Start)]) {
+        let name = std::any::type_name::<S>();
+        for &(k, pool, start) in configs {
+            let store = S::build(4000, 1, cfg(k, pool, 0.875, start));
             for key in 0..4000 {
                 store.insert(key, key);
             }
@@ -911,9 +980,30 @@ mod tests {
             assert!(touched + untouched <= 1000 && store.len() == 4000);
             assert!(
                 untouched >= 800,
-                "k={k} pool={pool} start={start:?}: {untouched} untouched, {touched} touched"
+                "{name} k={k} pool={pool} start={start:?}: {untouched} untouched, {touched} touched"
             );
         }
+    }
+
+    #[test]
+    fn eviction_prefers_old_entries() {
+        check_eviction_prefers_old_entries::<OpenSampled>(&[
+            (5, 0, Start::Bucket),
+            (10, 16, Start::Bucket),
+            (5, 0, Start::Entry),
+            (5, 0, Start::Home),
+        ]);
+    }
+
+    #[test]
+    fn hb_eviction_prefers_old_entries() {
+        check_eviction_prefers_old_entries::<HbSampled>(&[
+            (5, 0, Start::Bucket),
+            (10, 0, Start::Bucket),
+            (10, 16, Start::Bucket),
+            (5, 0, Start::Entry),
+            (5, 0, Start::Home),
+        ]);
     }
 
     /// Mean distance of the entries from their home buckets.
@@ -951,128 +1041,6 @@ mod tests {
                 ratio < 1.3
             };
             assert!(ok, "{start:?}: displacement {filled:.2} -> {churned:.2}");
-        }
-    }
-
-    impl HbSampled {
-        fn len(&self) -> usize {
-            self.shards.iter().map(|s| s.0.read().table.len()).sum()
-        }
-        /// Every (key, value) the tables hold.
-        fn held(&self) -> Vec<(u64, u64)> {
-            let tables = self.shards.iter().map(|s| s.0.read());
-            let held = tables.map(|t| t.table.iter().map(|e| (e.key, e.value)).collect());
-            held.collect::<Vec<Vec<_>>>().concat()
-        }
-        fn remove(&self, key: u64) -> bool {
-            let hash = self.hash(key);
-            let mut shard = self.shard(hash).write();
-            let found = shard.table.find_entry(hash, |e| e.key == key);
-            found.map(|e| e.remove()).is_ok()
-        }
-    }
-
-    #[test]
-    fn hb_get_after_insert() {
-        let store = HbSampled::new(100, 4, cfg(5, 0, 0.875, Start::Bucket));
-        assert_eq!(store.get(7), None);
-        store.insert(7, 70);
-        store.insert(8, 80);
-        assert_eq!(store.get(7), Some(70));
-        store.insert(7, 71);
-        assert_eq!(
-            (store.get(7), store.get(8), store.len()),
-            (Some(71), Some(80), 2)
-        );
-    }
-
-    #[test]
-    fn hb_never_holds_more_than_capacity() {
-        for (shards, pool, start) in [(1, 0, Start::Bucket), (4, 16, Start::Home)] {
-            let store = HbSampled::new(1000, shards, cfg(5, pool, 0.875, start));
-            for key in 0..20_000u64 {
-                store.insert(scatter(key), key);
-                assert!(store.len() <= 1000);
-            }
-            assert_eq!(store.len(), 1000);
-        }
-    }
-
-    /// Random inserts (evicting at capacity), replacements and removals against a model: what
-    /// the tables hold must be findable with the model's latest value, each key once.
-    #[test]
-    fn hb_every_held_key_stays_findable() {
-        let configs = [
-            (1, cfg(5, 0, 0.875, Start::Bucket)),
-            (2, cfg(10, 16, 0.875, Start::Bucket)),
-            (1, cfg(3, 4, 0.4375, Start::Entry)),
-            (2, cfg(5, 0, 0.875, Start::Home)),
-        ];
-        for (shards, cfg) in configs {
-            let store = HbSampled::new(112, shards, cfg);
-            let mut model = HashMap::new();
-            let mut rng = benches::rng::Rng::new(42);
-            for op in 0..100_000u64 {
-                let key = rng.next_u64() % 400;
-                if rng.next_u64() % 4 == 0 {
-                    store.remove(key);
-                    model.remove(&key);
-                    assert_eq!(store.get(key), None);
-                } else {
-                    store.insert(key, op);
-                    model.insert(key, op);
-                    assert_eq!(store.get(key), Some(op));
-                }
-                if op % 64 == 0 {
-                    store.tick();
-                }
-                if op % 997 == 0 {
-                    let held = store.held();
-                    for &(key, value) in &held {
-                        assert_eq!(store.get(key), Some(value), "key {key} lost");
-                        assert_eq!(model.get(&key), Some(&value));
-                    }
-                    assert_eq!(held.len(), store.len());
-                    let distinct: std::collections::HashSet<_> = held.iter().map(|h| h.0).collect();
-                    assert_eq!(distinct.len(), held.len(), "a key held twice");
-                    assert!(store.len() <= 112);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn hb_eviction_prefers_old_entries() {
-        for (k, pool, start) in [
-            (5, 0, Start::Bucket),
-            (10, 0, Start::Bucket),
-            (10, 16, Start::Bucket),
-            (5, 0, Start::Entry),
-            (5, 0, Start::Home),
-        ] {
-            let store = HbSampled::new(4000, 1, cfg(k, pool, 0.875, start));
-            for key in 0..4000 {
-                store.insert(key, key);
-            }
-            store.tick();
-            for key in (0..4000).step_by(2) {
-                store.get(key);
-            }
-            store.tick();
-            for key in 10_000..11_000 {
-                store.insert(key, key);
-            }
-            let evicted = |parity| {
-                (0..4000)
-                    .filter(|&k| k % 2 == parity && store.get(k).is_none())
-                    .count()
-            };
-            let (touched, untouched) = (evicted(0), evicted(1));
-            assert!(touched + untouched <= 1000 && store.len() == 4000);
-            assert!(
-                untouched >= 800,
-                "hb k={k} pool={pool} start={start:?}: {untouched} untouched, {touched} touched"
-            );
         }
     }
 
