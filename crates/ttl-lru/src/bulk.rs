@@ -30,6 +30,7 @@ use crate::error::FetchError;
 use crate::observe::Started;
 use crate::read_through::{FillLeader, Front, GroupLeader, Source};
 use crate::shard::{ErasedError, WriteMode};
+use crate::tally::Event;
 
 /// The erased error a key's flight ends with when the batch returned no value for it.
 pub(crate) struct MissingFromBatch;
@@ -179,7 +180,7 @@ where
                 let wanted = led.iter().map(|l| l.leader.key().clone()).collect();
                 let started = crate::observe::Started::lead(0);
                 for l in &mut led {
-                    self.inner.fills.fills.incr();
+                    self.inner.tally.record(Event::Fill);
                     l.started = crate::observe::Started {
                         fence: l.started.fence,
                         at: started.at,

@@ -64,7 +64,8 @@ pub(crate) struct Inner<K, V> {
     /// Per-entry time-to-idle for writes that give none of their own.
     pub(crate) idle_by: Option<IdleBy<K, V>>,
     pub(crate) fills: CachePadded<FillCounters>,
-    /// Hits, misses, inserts, evictions and expirations, counted per thread (see `tally.rs`).
+    /// Hits, misses, inserts, evictions, expirations, fills and waits, counted per thread (see
+    /// `tally.rs`).
     pub(crate) tally: Tally,
     pub(crate) group: coalesce::Group<K, V, ErasedError>,
     /// The eviction listener, also held by every shard (`listener.rs`).
@@ -726,6 +727,42 @@ mod tests {
         assert!(
             shared.iter().all(|&a| a == shared[0]),
             "one word: {shared:?}"
+        );
+    }
+
+    /// A read-through miss counts its fill (and a follower its wait) in its own thread's
+    /// stripe: the cache-wide counters are written only by rare events (errors, timeouts,
+    /// refreshes, fences). Before session 11 every fill and every wait did a `fetch_add` on
+    /// one word of the whole cache.
+    #[test]
+    fn a_read_through_miss_counts_in_its_own_threads_line() {
+        let clock = ManualClock::new();
+        let c = filled(Admission::Always, &clock);
+        let fills = std::ptr::from_ref(&c.inner.fills) as usize;
+        let fills = fills..fills + std::mem::size_of_val(&c.inner.fills);
+        let ((), writes) = writes_during(|| {
+            for k in 1_000..1_100 {
+                let fill = || async move { Ok::<u64, ()>(k) };
+                let got =
+                    futures::executor::block_on(c.get_or_try_insert(k, |_| Duration::MAX, fill));
+                assert_eq!(got.ok().map(|f| f.value), Some(k));
+            }
+        });
+        let cache_wide: Vec<usize> = writes
+            .iter()
+            .copied()
+            .filter(|a| fills.contains(a))
+            .collect();
+        assert_eq!(
+            cache_wide,
+            Vec::<usize>::new(),
+            "no fill wrote a cache-wide counter"
+        );
+        assert_eq!(c.stats().fills, 100);
+        let own = own_line(&c);
+        assert!(
+            writes.iter().any(|a| own.contains(a)),
+            "counted in the stripe"
         );
     }
 

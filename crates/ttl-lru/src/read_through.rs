@@ -21,6 +21,7 @@ use crate::clock::duration_to_ms;
 use crate::error::FetchError;
 use crate::observe::Started;
 use crate::shard::{ErasedError, Probe, WriteMode};
+use crate::tally::Event;
 
 /// How a read-through call obtained its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,7 +273,7 @@ where
             Ok(hit) => return Err(hit),
             Err(leader) => leader,
         };
-        self.inner.fills.fills.incr();
+        self.inner.tally.record(Event::Fill);
         let fence = Started::lead(fence);
         if fence.at.is_some() {
             self.trace_lead(leader.key());
@@ -342,7 +343,7 @@ where
         &self,
         r: Result<V, FlightError<ErasedError>>,
     ) -> Result<Fetched<V>, FetchError<E>> {
-        self.inner.fills.waits.incr();
+        self.inner.tally.record(Event::Wait);
         if crate::observe::enabled() {
             tracing::debug!(
                 target: "ttl_lru",
@@ -513,7 +514,7 @@ where
                     self.trace_refresh(leader.key(), false);
                 }
                 self.inner.fills.refreshes.incr();
-                self.inner.fills.fills.incr();
+                self.inner.tally.record(Event::Fill);
                 let fut = fill();
                 let cache = self.clone();
                 // The lead moves to the task, so it must own its group.
@@ -557,7 +558,7 @@ where
                         cache.trace_refresh(leader.key(), true);
                     }
                     cache.inner.fills.refreshes.incr();
-                    cache.inner.fills.fills.incr();
+                    cache.inner.tally.record(Event::Fill);
                     let _ = cache
                         .clone()
                         .run_fill::<E, T, Fut, _>(leader, hash, fence, ttl_fn, fut, timeout)

@@ -1,7 +1,7 @@
 //! Counters: the frequent ones per thread (`tally.rs`), the rare ones per shard and cache-padded,
 //! summed into a
-//! [`Stats`] snapshot on demand. Read-through counters live per cache; they are only
-//! written on misses.
+//! [`Stats`] snapshot on demand. The read-through path's rare events (errors, timeouts,
+//! refreshes, fences) count per cache; its fills and waits per thread.
 
 use crate::sync::Ordering;
 use crate::sync::plain::AtomicU64;
@@ -45,13 +45,12 @@ pub(crate) struct ShardCounters {
     pub(crate) rejections: Counter,
 }
 
-/// Counters of the read-through path (misses only).
+/// Rare events of the read-through path (errors, timeouts, refreshes, fences); the frequent
+/// ones, fills and waits, count in the per-thread tally (`tally.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct FillCounters {
-    pub(crate) fills: Counter,
     pub(crate) fill_errors: Counter,
     pub(crate) fill_timeouts: Counter,
-    pub(crate) waits: Counter,
     pub(crate) wait_timeouts: Counter,
     pub(crate) refreshes: Counter,
     pub(crate) fenced: Counter,
@@ -117,13 +116,13 @@ impl Stats {
         self.inserts += t.get(Event::Insert);
         self.evictions += t.get(Event::Eviction);
         self.expirations += t.get(Event::Expiration);
+        self.fills += t.get(Event::Fill);
+        self.waits += t.get(Event::Wait);
     }
 
     pub(crate) fn add_fills(&mut self, c: &FillCounters) {
-        self.fills += c.fills.get();
         self.fill_errors += c.fill_errors.get();
         self.fill_timeouts += c.fill_timeouts.get();
-        self.waits += c.waits.get();
         self.wait_timeouts += c.wait_timeouts.get();
         self.refreshes += c.refreshes.get();
         self.fenced += c.fenced.get();

@@ -37,6 +37,10 @@ pub(crate) enum Event {
     Eviction,
     /// An entry removed past its TTL (as a victim or by a purge).
     Expiration,
+    /// A read-through call that led a fill (a miss of the read-through path).
+    Fill,
+    /// A read-through call that waited for another caller's fill.
+    Wait,
 }
 
 /// One thread's line of a cache: its shard-lock mark and its counters.
@@ -52,6 +56,8 @@ pub(crate) struct Stripe {
     inserts: AtomicU64,
     evictions: AtomicU64,
     expirations: AtomicU64,
+    fills: AtomicU64,
+    waits: AtomicU64,
     /// Lookups this thread recorded in the cache's admission sketches since it last added them
     /// to a shard's shared record count (`admission.rs`).
     sketch_records: AtomicU64,
@@ -71,6 +77,8 @@ impl Stripe {
             inserts: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             expirations: AtomicU64::new(0),
+            fills: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
             sketch_records: AtomicU64::new(0),
         }
     }
@@ -101,6 +109,8 @@ impl Stripe {
             Event::Insert => &self.inserts,
             Event::Eviction => &self.evictions,
             Event::Expiration => &self.expirations,
+            Event::Fill => &self.fills,
+            Event::Wait => &self.waits,
         }
     }
 }
