@@ -766,5 +766,36 @@ mod tests {
         );
     }
 
+    /// A hit on a cached error writes, of the crate's memory, only its own thread's line (the
+    /// error's `Arc` count aside, which every reader of a shared error bumps). Before session
+    /// 11 it also added to its shard's `negative_hits` counter, one word for every thread.
+    #[test]
+    fn a_negative_hit_writes_only_its_own_threads_line() {
+        let c: Cache<u64, u64> = Cache::builder(1000)
+            .shards(1)
+            .negative_ttl(Duration::from_secs(3600))
+            .build();
+        let fail = || async { Err::<u64, &'static str>("origin said no") };
+        for k in 0..10 {
+            let got = futures::executor::block_on(c.get_or_try_insert(k, |_| Duration::MAX, fail));
+            assert!(matches!(got, Err(crate::FetchError::Failed(_))));
+        }
+        let ((), writes) = writes_during(|| {
+            for _ in 0..10 {
+                for k in 0..10 {
+                    let got = futures::executor::block_on(c.get_or_try_insert(
+                        k,
+                        |_| Duration::MAX,
+                        fail,
+                    ));
+                    assert!(matches!(got, Err(crate::FetchError::Failed(_))));
+                }
+            }
+        });
+        assert!(!writes.is_empty(), "the hits took their reader marks");
+        assert_eq!(shared_writes(&c, &writes), Vec::<usize>::new());
+        assert_eq!(c.stats().negative_hits, 100);
+    }
+
     const DEFAULT_STAMP_AGE: Duration = crate::builder::DEFAULT_RECENCY_RESOLUTION;
 }

@@ -505,7 +505,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             Some(At::Error(i)) => {
                 let e = t.error(i);
                 if now < e.expires_at {
-                    self.counters.negative_hits.incr();
+                    self.tally.record_as(me, Event::NegativeHit);
                     return Probe::Negative(ErasedError::clone(&e.error));
                 }
             }

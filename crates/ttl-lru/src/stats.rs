@@ -41,7 +41,6 @@ impl Counter {
 /// A shard's counters of rare events (the frequent ones are per thread, in `tally.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct ShardCounters {
-    pub(crate) negative_hits: Counter,
     pub(crate) rejections: Counter,
 }
 
@@ -105,7 +104,6 @@ pub struct Stats {
 
 impl Stats {
     pub(crate) fn add_shard(&mut self, c: &ShardCounters) {
-        self.negative_hits += c.negative_hits.get();
         self.rejections += c.rejections.get();
     }
 
@@ -116,6 +114,7 @@ impl Stats {
         self.inserts += t.get(Event::Insert);
         self.evictions += t.get(Event::Eviction);
         self.expirations += t.get(Event::Expiration);
+        self.negative_hits += t.get(Event::NegativeHit);
         self.fills += t.get(Event::Fill);
         self.waits += t.get(Event::Wait);
     }

@@ -37,6 +37,8 @@ pub(crate) enum Event {
     Eviction,
     /// An entry removed past its TTL (as a victim or by a purge).
     Expiration,
+    /// A hit on a cached error (negative caching).
+    NegativeHit,
     /// A read-through call that led a fill (a miss of the read-through path).
     Fill,
     /// A read-through call that waited for another caller's fill.
@@ -56,6 +58,7 @@ pub(crate) struct Stripe {
     inserts: AtomicU64,
     evictions: AtomicU64,
     expirations: AtomicU64,
+    negative_hits: AtomicU64,
     fills: AtomicU64,
     waits: AtomicU64,
     /// Lookups this thread recorded in the cache's admission sketches since it last added them
@@ -77,6 +80,7 @@ impl Stripe {
             inserts: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             expirations: AtomicU64::new(0),
+            negative_hits: AtomicU64::new(0),
             fills: AtomicU64::new(0),
             waits: AtomicU64::new(0),
             sketch_records: AtomicU64::new(0),
@@ -109,6 +113,7 @@ impl Stripe {
             Event::Insert => &self.inserts,
             Event::Eviction => &self.evictions,
             Event::Expiration => &self.expirations,
+            Event::NegativeHit => &self.negative_hits,
             Event::Fill => &self.fills,
             Event::Wait => &self.waits,
         }
