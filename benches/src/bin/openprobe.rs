@@ -185,11 +185,7 @@ impl Table {
     }
 
     fn next_rand(&mut self) -> u64 {
-        // xorshift64: a few instructions, plenty for picking a start bucket.
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        self.rng
+        xorshift(&mut self.rng)
     }
 
     /// Where the sample scan starts. `Bucket`: a random bucket, so the first sample is the first
@@ -303,6 +299,15 @@ fn offer(pool: &mut Vec<Candidate>, size: usize, c: Candidate) {
             j -= 1;
         }
     }
+}
+
+/// xorshift64, for both tables' sampling starts: a few instructions on the eviction path
+/// (`benches::rng::Rng`'s xoshiro256++ is better and costs more), plenty for picking a bucket.
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
 }
 
 /// Keeps two shards' locks off one cache line.
@@ -455,10 +460,7 @@ impl HbTable {
     }
 
     fn next_rand(&mut self) -> u64 {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        self.rng
+        xorshift(&mut self.rng)
     }
 
     /// As `Table::sample_start`, `home` being hashbrown's first probe position.
