@@ -1845,6 +1845,56 @@ mod tests {
         }
     }
 
+    /// A read-through fill in flight (its leader awaiting the origin, in `coalesce`) across a
+    /// resize that re-shapes the TinyLFU sketch: the caller still gets its value; the publish
+    /// consults the new, empty sketch, where the key (recorded in the old one) does not beat a
+    /// victim, so it is declined and counted, not stored over a resident entry; the key's next
+    /// read-through, recorded in the new sketch, is admitted.
+    #[test]
+    fn a_fill_in_flight_across_a_tinylfu_resize_is_answered_and_declined_once() {
+        let c: crate::Cache<u64, u64> = crate::Cache::builder(1_000)
+            .shards(1)
+            .admission(Admission::TinyLfu)
+            .seed(3)
+            .build();
+        let hour = std::time::Duration::from_secs(3600);
+        for k in 0..100 {
+            c.insert(k, k, hour).expect("no error");
+        }
+        let (tx, rx) = futures::channel::oneshot::channel::<u64>();
+        let fill = c.get_or_try_insert(
+            5_000,
+            move |_| hour,
+            move || async move { Ok::<u64, ()>(rx.await.expect("sent")) },
+        );
+        let mut fill = Box::pin(fill);
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(
+            fill.as_mut().poll(&mut cx).is_pending(),
+            "leading, awaiting the origin"
+        );
+        c.set_capacity(100);
+        tx.send(7).expect("the fill waits");
+        let got = futures::executor::block_on(fill).expect("filled");
+        assert_eq!((got.value, got.source), (7, crate::Source::Filled));
+        assert_eq!(c.get(&5_000), None, "declined by the new sketch");
+        assert_eq!(c.stats().rejections, 1);
+        assert_eq!(c.len(), 100, "nothing resident was lost to it");
+        let again = futures::executor::block_on(c.get_or_try_insert(
+            5_000,
+            move |_| hour,
+            || async { Ok::<u64, ()>(8) },
+        ))
+        .expect("filled");
+        assert_eq!(again.value, 8);
+        assert_eq!(
+            c.get(&5_000),
+            Some(8),
+            "admitted once the new sketch has seen it"
+        );
+    }
+
     #[test]
     fn set_capacity_resizes_the_adaptive_policy_and_its_simulations() {
         let c: crate::Cache<u64, u64> = crate::Cache::builder(1_000)
