@@ -64,7 +64,7 @@
 //! Memory beyond the default's: per entry, nothing in the slot (the count shares the stamp
 //! word, whose 52 low bits keep the stamp); the sketch (4 rows of 4-bit counters over the next
 //! power of two of 8 x capacity, 16 to 32 bytes, plus a doorkeeper of 4 to 8 bytes); per
-//! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 6 copies of at most
+//! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 5 copies of at most
 //! 1,000 simulated entries of 24 bytes, each with its own 24 KB sketch, and one index of the
 //! keys they hold) and a 128-byte hit
 //! buffer per (tally stripe, shard): (2P + 1) x 4P x 128 bytes with the default shard count on
@@ -161,10 +161,12 @@ impl HitBuffer {
     pub(crate) fn push(&self, raised: bool, sampled: Option<u64>) -> bool {
         self.hits
             .store(self.hits.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        if raised {
-            self.raised
-                .store(self.raised.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        }
+        // Added, not branched on: whether a hit raised its count depends on the entry's word,
+        // a cache miss at 1M entries (see `Slot::restamp`).
+        self.raised.store(
+            self.raised.load(Ordering::Relaxed) + u64::from(raised),
+            Ordering::Relaxed,
+        );
         let Some(hash) = sampled else {
             return false;
         };

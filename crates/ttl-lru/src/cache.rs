@@ -529,9 +529,7 @@ where
 
     #[inline]
     fn shard_index(&self, hash: u64) -> usize {
-        // Bits 24..56: clear of hashbrown's bucket bits (low) and tag bits (top 7).
-        let n = self.shards.len() as u64;
-        ((((hash >> 24) & 0xFFFF_FFFF) * n) >> 32) as usize
+        shard_of(hash, self.shards.len())
     }
 
     /// Sets the capacity; when it shrinks, evicts (a share from every shard per round, by each
@@ -621,6 +619,13 @@ where
     pub(crate) fn weight(&self) -> u64 {
         self.shards.iter().map(Shard::weight).sum()
     }
+}
+
+/// The shard of `hash` among `shards`. Bits 24..56: clear of hashbrown's bucket bits (low)
+/// and tag bits (top 7).
+#[inline]
+pub(crate) fn shard_of(hash: u64, shards: usize) -> usize {
+    ((((hash >> 24) & 0xFFFF_FFFF) * shards as u64) >> 32) as usize
 }
 
 /// What a hit writes, checked through the logging atomics of test builds (`atomic.rs`): the

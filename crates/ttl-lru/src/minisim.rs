@@ -18,7 +18,9 @@
 //! least frequent of the 12 oldest candidates and with the oldest ([`PICKS`]), and the cache
 //! takes the winner's pick as well: P6 wants the oldest (most of all split into shards: with
 //! the 12-candidate pick alone, 8 shards lost 1.1 points there), the 1% zipf, scan and shift
-//! cells the least frequent.
+//! cells the least frequent. Except the share of 100%: its window is the whole copy, its main
+//! space stays empty, so no pick is ever made there and one copy runs it (5 copies in all;
+//! until session 12 two identical ones did, a sixth of the copies' work for nothing).
 //!
 //! Modelled first in `benches/src/adaptive.rs` (`Config::minisim()`); [`Mini`] is that model
 //! with the options it uses, the store's eviction (`table.rs`) but cheaper: 4 adjacent samples
@@ -32,14 +34,14 @@
 //! shard's write lock, with a `try_lock` (a sample that finds another shard feeding is dropped:
 //! the estimate needs a sample of requests, not all of them). The share is published in an
 //! atomic word that every shard reads when it evicts (the pick in another). Memory: at most
-//! 6 x 1,000 simulated entries of 24 bytes, one index for all copies (a key's place in each:
-//! a sampled request is looked up once, not 6 times; at most 6,000 keys) and 6 sketches of
-//! 24 KB. Work: 6 simulated accesses per sampled request, so 1.5 per request of a cache
-//! under 4,000 entries, 6 per 1,000 requests of a 1M-entry cache.
+//! 5 x 1,000 simulated entries of 24 bytes, one index for all copies (a key's place in each:
+//! a sampled request is looked up once, not 5 times; at most 5,000 keys) and 5 sketches of
+//! 24 KB. Work: 5 simulated accesses per sampled request, so 1.25 per request of a cache
+//! under 4,000 entries, 5 per 1,000 requests of a 1M-entry cache.
 
 use std::collections::HashMap;
 
-use crate::admission::{FrequencySketch, MAX_FREQUENCY, fmix64};
+use crate::admission::{FrequencySketch, MAX_FREQUENCY};
 use crate::pool::{Candidate, EvictionPool};
 use crate::rng::XorShift64;
 use crate::sync::Ordering;
@@ -48,12 +50,13 @@ use crate::sync::plain::AtomicU64;
 /// Copies, at window shares `(i / (MINIS - 1))^2`: 0, 25 and 100% (lab `mini=3/...`: every
 /// cell still within 0.5, worst shift 1% -0.46; with 6 shares -0.40, at twice the work).
 pub(crate) const MINIS: usize = 3;
-/// Copies in all: each share with each pick.
-const COPIES: usize = MINIS * PICKS.len();
+/// Copies in all: each share with each pick, but the last share (100%: the window is the whole
+/// copy and main stays empty, so the pick never runs) once.
+const COPIES: usize = MINIS * PICKS.len() - (PICKS.len() - 1);
 /// Entries per copy (fewer if the cache is smaller).
 const MINI_SIZE: u64 = 1000;
 /// The sampling modulus is at least this: a copy holds at most a quarter of the cache, so
-/// the copies replay at most 6 / 4 accesses per request of a small cache.
+/// the copies replay at most 5 / 4 accesses per request of a small cache.
 const MIN_RATE: u64 = 4;
 /// A pick every this many copy capacities of sampled requests.
 const PERIOD: u64 = 8;
@@ -84,8 +87,13 @@ const PROTECTED_SHARE: f64 = 0.8;
 /// (counters per row per entry): the policy's (`adaptive.rs`).
 pub(crate) const SKETCH_PERIOD: u64 = 24;
 pub(crate) const SKETCH_WIDTH: u64 = 8;
-/// Salt for the sampling hash, so the sampled bucket is unrelated to shard and table bits.
+/// Salt and odd multiplier of the sampling hash: a key is sampled when the top bits of
+/// `(hash ^ SALT) * SAMPLE_MIX` are small. The store's hash is already uniform (ahash), so one
+/// multiply is enough to make the sampled keys unrelated to the bits that pick the shard and
+/// the index bucket (the top bits of a product depend on every bit of the hash); the
+/// 64-bit finalizer used before cost 9 more instructions on every hit (callgrind).
 const SALT: u64 = 0xA5A5_5A5A_C3C3_3C3C;
+const SAMPLE_MIX: u64 = 0xD6E8_FEB8_6659_FD93;
 
 /// The copies and the share they chose, shared by a cache's shards.
 #[derive(Debug)]
@@ -125,6 +133,8 @@ impl Sims {
         let capacity = capacity.max(1);
         let rate = (capacity / MINI_SIZE).max(MIN_RATE);
         let size = (capacity / rate).max(1);
+        // Copy `c` runs share `c % MINIS` with pick `c / MINIS`: shares 0, 25, 100% with the
+        // first pick, then 0 and 25% with the second (`COPIES` stops before 100% again).
         let minis = (0..COPIES)
             .map(|c| {
                 let (pick, i) = (PICKS[c / MINIS], c % MINIS);
@@ -175,7 +185,7 @@ impl MiniSims {
     /// Whether requests for `hash` are replayed by the copies.
     #[inline]
     pub(crate) fn sampled(&self, hash: u64) -> bool {
-        fmix64(hash ^ SALT) < self.below.load(Ordering::Relaxed)
+        (hash ^ SALT).wrapping_mul(SAMPLE_MIX) < self.below.load(Ordering::Relaxed)
     }
 
     /// The window share the copies chose last (0 until their first pick).
@@ -612,6 +622,7 @@ impl Mini {
 #[cfg(all(test, not(herd_loom)))]
 mod tests {
     use super::*;
+    use crate::admission::fmix64;
 
     fn zipf_like(i: u64, keys: u64) -> u64 {
         // A cheap skewed stream: key = keys^u for uniform u (log-uniform), scattered.
@@ -636,6 +647,25 @@ mod tests {
     }
 
     #[test]
+    fn sampled_keys_spread_evenly_over_the_shards() {
+        // The sampling hash must not depend on the bits that pick a key's shard: each shard
+        // feeds the copies its own sampled requests, so a shard with none would go unmeasured.
+        let m = MiniSims::new(8_000, 1);
+        let shards = 8;
+        let mut per_shard = vec![0u32; shards];
+        for h in (0..400_000u64).map(fmix64).filter(|&h| m.sampled(h)) {
+            per_shard[crate::cache::shard_of(h, shards)] += 1;
+        }
+        // 400,000 / 8 rate / 8 shards = 6,250 each (sd ~75).
+        for (shard, &n) in per_shard.iter().enumerate() {
+            assert!(
+                (5_900..6_600).contains(&n),
+                "shard {shard} sampled {n} keys: {per_shard:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_moving_hot_set_opens_the_window_and_a_loop_keeps_it_shut() {
         // A skewed stream whose hot keys move every 2 x capacity requests: recency wins.
         let m = MiniSims::new(500, 1);
@@ -656,16 +686,25 @@ mod tests {
     }
 
     #[test]
-    fn every_share_is_simulated_with_both_picks_and_the_winner_is_published() {
+    fn every_share_is_simulated_with_each_pick_it_uses_and_the_winner_is_published() {
         let m = MiniSims::new(2_000, 1);
         let stream: Vec<u64> = (0..100_000u64).map(|i| zipf_like(i, 20_000)).collect();
         for chunk in stream.chunks(33) {
             m.feed(chunk);
         }
         let scores = m.scores();
-        assert_eq!(scores.len(), MINIS * PICKS.len());
-        for pick in PICKS {
-            assert_eq!(scores.iter().filter(|c| c.1 == pick).count(), MINIS);
+        assert_eq!(scores.len(), COPIES);
+        // Every share but the whole-window one with every pick; that one (no main space, so
+        // no pick) once.
+        for i in 0..MINIS {
+            let share = (i as f64 / (MINIS - 1) as f64).powi(2);
+            let copies = scores.iter().filter(|c| c.0 == share);
+            let picks: Vec<usize> = copies.map(|c| c.1).collect();
+            if share < 1.0 {
+                assert_eq!(picks, PICKS, "share {share}: {scores:?}");
+            } else {
+                assert_eq!(picks.len(), 1, "share {share}: {scores:?}");
+            }
         }
         let best = scores
             .iter()
@@ -675,6 +714,26 @@ mod tests {
             })
             .expect("copies");
         assert_eq!((m.share(), m.pick()), (best.0, best.1), "{scores:?}");
+    }
+
+    /// Why the share of 100% runs once, not once per pick: its main space stays empty, so
+    /// its victims never come from main's pick.
+    #[test]
+    fn a_whole_window_copy_never_puts_an_entry_in_main() {
+        let mut mini = Mini::new(100, 1.0, LFU_PICK, 3);
+        let sk = FrequencySketch::shaped(100, SKETCH_PERIOD, SKETCH_WIDTH, true);
+        let mut index = Index::default();
+        for i in 0..20_000u64 {
+            let h = zipf_like(i, 2_000);
+            let held = index.get(&h).map_or(ABSENT, |p| p[0]);
+            let place = Place {
+                index: &mut index,
+                copy: 0,
+            };
+            mini.access(h, held, &sk, place);
+            assert!(mini.slots.iter().all(|e| e.window), "request {i}");
+        }
+        assert_eq!(mini.slots.len(), 100);
     }
 
     #[test]

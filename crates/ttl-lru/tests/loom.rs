@@ -27,7 +27,7 @@ fn cache(capacity: u64, clock: &ManualClock) -> Cache<u64, u64> {
         .build()
 }
 
-/// An adaptive cache of capacity 2 holding 15 -> 150 and 18 -> 180 (one shard, 2 samples):
+/// An adaptive cache of capacity 2 holding 5 -> 50 and 6 -> 60 (one shard, 2 samples):
 /// keys its miniature simulations sample, so their hits are buffered (a unit test in
 /// `shard.rs` pins that).
 fn full_adaptive_cache() -> Cache<u64, u64> {
@@ -38,8 +38,8 @@ fn full_adaptive_cache() -> Cache<u64, u64> {
         .admission(ttl_lru::Admission::Adaptive)
         .clock(ManualClock::new())
         .build();
-    c.insert(15, 150, FOREVER).unwrap();
-    c.insert(18, 180, FOREVER).unwrap();
+    c.insert(5, 50, FOREVER).unwrap();
+    c.insert(6, 60, FOREVER).unwrap();
     c
 }
 
@@ -276,13 +276,13 @@ fn adaptive_flagging_readers_vs_evicting_writer() {
         let readers: Vec<_> = (0..2)
             .map(|_| {
                 let c = c.clone();
-                thread::spawn(move || c.get(&15))
+                thread::spawn(move || c.get(&5))
             })
             .collect();
         let stored = c.insert(3, 30, FOREVER).unwrap();
         for r in readers {
             let seen = r.join().unwrap();
-            assert!(seen.is_none() || seen == Some(150), "reader saw {seen:?}");
+            assert!(seen.is_none() || seen == Some(50), "reader saw {seen:?}");
         }
         assert_eq!(c.len(), 2);
         assert_eq!(c.get(&3).is_some(), stored);
@@ -300,15 +300,15 @@ fn adaptive_full_buffer_drain_vs_evicting_writer() {
     loom::model(|| {
         let c = full_adaptive_cache();
         for _ in 0..7 {
-            assert_eq!(c.get(&15), Some(150));
+            assert_eq!(c.get(&5), Some(50));
         }
         let writer = {
             let c = c.clone();
             thread::spawn(move || c.insert(3, 30, FOREVER).unwrap())
         };
-        let seen = c.get(&15);
+        let seen = c.get(&5);
         let stored = writer.join().unwrap();
-        assert!(seen.is_none() || seen == Some(150), "reader saw {seen:?}");
+        assert!(seen.is_none() || seen == Some(50), "reader saw {seen:?}");
         assert_eq!(c.len(), 2);
         assert_eq!(c.get(&3).is_some(), stored);
     });
@@ -316,7 +316,7 @@ fn adaptive_full_buffer_drain_vs_evicting_writer() {
 
 /// `set_capacity` re-sizes the adaptive policy (issue 17: each shard's state under its write
 /// lock, the simulations under their own lock, taken outside every shard lock) while another
-/// thread's insert at capacity evicts and feeds the simulations (key 19 is sampled too): the
+/// thread's insert at capacity evicts and feeds the simulations (key 12 is sampled too): the
 /// shrunk bound holds once both are done, and nothing hangs.
 #[test]
 fn adaptive_resize_vs_evicting_writer() {
@@ -324,7 +324,7 @@ fn adaptive_resize_vs_evicting_writer() {
         let c = full_adaptive_cache();
         let writer = {
             let c = c.clone();
-            thread::spawn(move || c.insert(19, 190, FOREVER).unwrap())
+            thread::spawn(move || c.insert(12, 120, FOREVER).unwrap())
         };
         c.set_capacity(1);
         writer.join().unwrap();

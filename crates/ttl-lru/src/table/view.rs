@@ -50,7 +50,7 @@ impl<K, V> Slot<K, V> {
     /// case compares once, as a hit without a time-to-idle always did.
     ///
     /// Only for policies whose stamp word carries no flags (not the adaptive one, which reads
-    /// and touches through [`idle_ok`](Self::idle_ok) and its own `touch_flagged`): it stores a
+    /// and touches through [`fresh`](Self::fresh) and its own `touch_flagged`): it stores a
     /// bare stamp.
     #[inline]
     pub(crate) fn hit(
@@ -73,6 +73,19 @@ impl<K, V> Slot<K, V> {
             }
         }
         true
+    }
+
+    /// Whether the value is fresh (within its TTL and not idle), without touching it: the
+    /// check of [`hit`](Self::hit), for a policy that touches through its own path. As there,
+    /// a stamp younger than the table's gate (`gate_ms`) cannot be idle, so the value's idle
+    /// time is read only for an older one.
+    #[inline]
+    pub(crate) fn fresh(&self, now: u64, gate_ms: u64, idle_ms: impl FnOnce() -> u64) -> bool {
+        if now >= self.expires_at {
+            return false;
+        }
+        let since = now.saturating_sub(self.stamp());
+        since < gate_ms || since < idle_ms()
     }
 
     /// When the entry stops being fresh: its TTL or its idle deadline, whichever is first.
