@@ -1038,6 +1038,12 @@ impl Adaptive {
                     // Quadratic spacing: fine steps near a shut window, where most traces sit.
                     self.cfg.mini_max * (i as f64 / (n - 1) as f64).powi(2)
                 };
+                if j > 0 && share >= 1.0 {
+                    // A window over the whole copy leaves main empty: no pick is ever made
+                    // there, so the second pick's copy would repeat the first's (the store's
+                    // `minisim.rs` runs it once too).
+                    continue;
+                }
                 let mut cfg = self.cfg;
                 cfg.minis = 0;
                 cfg.dead_band = 0.0;
