@@ -355,6 +355,11 @@ impl State {
     /// that moved on leaves entries whose counts say "hot" until the sketch ages; their idle
     /// time says otherwise).
     pub(crate) fn victim_frequency(&self, f: u8, stamp: u64) -> u8 {
+        if f == 0 {
+            // Nothing to halve, so no checkpoint search (most of a duel's cost: 133 of 167
+            // instructions per duel, callgrind at 8,000 entries; -35 per insert there).
+            return 0;
+        }
         let halvings = self.requests_since(stamp) / (IDLE * self.capacity);
         f.checked_shr(halvings.min(8) as u32).unwrap_or(0)
     }
