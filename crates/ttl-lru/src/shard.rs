@@ -1772,10 +1772,6 @@ mod tests {
         assert!(!sims.sampled(c.hash(&1)), "one key in 4, not every key");
     }
 
-    /// `Cache::set_capacity` re-sizes the adaptive policy: each shard's state to its share of
-    /// the new capacity (sketch, window target; resident counts keep their ages) and the
-    /// cache's simulations to the new capacity (size and sampling rate). Before, a cache grown
-    /// 100-fold kept simulating its build-time size and sketching a hundredth of its keys.
     /// `set_capacity` re-shapes each shard's TinyLFU sketch for its share of the new capacity
     /// (before, the sketch kept its build-time size: a cache grown 100-fold estimated its keys'
     /// frequencies in a sketch made for a hundredth of them), and the filter still admits.
@@ -1910,6 +1906,10 @@ mod tests {
         );
     }
 
+    /// `Cache::set_capacity` re-sizes the adaptive policy: each shard's state to its share of
+    /// the new capacity (sketch, window target; resident counts keep their ages) and the
+    /// cache's simulations to the new capacity (size and sampling rate). Before, a cache grown
+    /// 100-fold kept simulating its build-time size and sketching a hundredth of its keys.
     #[test]
     fn set_capacity_resizes_the_adaptive_policy_and_its_simulations() {
         let c: crate::Cache<u64, u64> = crate::Cache::builder(1_000)
