@@ -716,6 +716,12 @@ mod tests {
         assert_eq!((m.share(), m.pick()), (best.0, best.1), "{scores:?}");
     }
 
+    /// One request of `h` to `mini`, which is copy `copy` of the shared `index`.
+    fn request(mini: &mut Mini, h: u64, sk: &FrequencySketch, index: &mut Index, copy: usize) {
+        let held = index.get(&h).map_or(ABSENT, |p| p[copy]);
+        mini.access(h, held, sk, Place { index, copy });
+    }
+
     /// Why the share of 100% runs once, not once per pick: its main space stays empty, so
     /// its victims never come from main's pick.
     #[test]
@@ -724,13 +730,7 @@ mod tests {
         let sk = FrequencySketch::shaped(100, SKETCH_PERIOD, SKETCH_WIDTH, true);
         let mut index = Index::default();
         for i in 0..20_000u64 {
-            let h = zipf_like(i, 2_000);
-            let held = index.get(&h).map_or(ABSENT, |p| p[0]);
-            let place = Place {
-                index: &mut index,
-                copy: 0,
-            };
-            mini.access(h, held, &sk, place);
+            request(&mut mini, zipf_like(i, 2_000), &sk, &mut index, 0);
             assert!(mini.slots.iter().all(|e| e.window), "request {i}");
         }
         assert_eq!(mini.slots.len(), 100);
@@ -742,13 +742,7 @@ mod tests {
         let sk = FrequencySketch::shaped(100, SKETCH_PERIOD, SKETCH_WIDTH, true);
         let mut index = Index::default();
         for i in 0..50_000u64 {
-            let h = zipf_like(i, 2_000);
-            let held = index.get(&h).map_or(ABSENT, |p| p[1]);
-            let place = Place {
-                index: &mut index,
-                copy: 1,
-            };
-            mini.access(h, held, &sk, place);
+            request(&mut mini, zipf_like(i, 2_000), &sk, &mut index, 1);
             assert!(mini.slots.len() <= 100);
             assert_eq!(index.len(), mini.slots.len());
             for (i, e) in mini.slots.iter().enumerate() {
