@@ -74,8 +74,8 @@ pub enum Admission {
     /// for each `8 x capacity` requests it has been idle) on their counts (each entry counts
     /// its own hits, starting from what the sketch of misses remembers of its key), and the
     /// loser leaves; a victim that wins stays the one to beat. The window's share and that victim
-    /// pick are chosen by 6 miniature simulations of this policy (3 shares, 0, 25 and 100% of
-    /// the capacity, each with both picks) over a hash sample of the keys (`minisim.rs`):
+    /// pick are chosen by 5 miniature simulations of this policy (3 shares, 0, 25 and 100% of
+    /// the capacity, the first two with both picks) over a hash sample of the keys (`minisim.rs`):
     /// recency where it pays (a hot set that keeps moving), frequency where it does not (a
     /// loop, a scan, a stable core). Main is a sampled SLRU (an entry hit in main is
     /// protected). Within 0.5 point of the best of exact LRU, quick_cache and moka in every

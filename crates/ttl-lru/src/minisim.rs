@@ -113,13 +113,15 @@ pub(crate) struct MiniSims {
 /// The copies' state, under the [`MiniSims`] lock.
 #[derive(Debug)]
 struct Sims {
-    minis: Vec<Mini>,
+    minis: [Mini; COPIES],
     /// Where each copy holds a key: one index for all of them (a sampled hit looks its key up
     /// once, not once per copy; [`ABSENT`] where a copy does not hold it).
     index: Index,
     /// Each copy's sketch: as the policy's, it records the copy's misses (its hits raise
     /// resident counts), so the copies' sketches differ.
-    sketches: Vec<FrequencySketch>,
+    sketches: [FrequencySketch; COPIES],
+    /// Sampled requests replayed so far: the copies' common clock.
+    clock: u64,
     scores: [f64; COPIES],
     misses: [u64; COPIES],
     seen: u64,
@@ -135,19 +137,18 @@ impl Sims {
         let size = (capacity / rate).max(1);
         // Copy `c` runs share `c % MINIS` with pick `c / MINIS`: shares 0, 25, 100% with the
         // first pick, then 0 and 25% with the second (`COPIES` stops before 100% again).
-        let minis = (0..COPIES)
-            .map(|c| {
-                let (pick, i) = (PICKS[c / MINIS], c % MINIS);
-                let share = (i as f64 / (MINIS - 1) as f64).powi(2);
-                Mini::new(size as usize, share, pick, seed ^ ((c as u64 + 1) * 0x9E37))
-            })
-            .collect();
+        let minis = std::array::from_fn(|c| {
+            let (pick, i) = (PICKS[c / MINIS], c % MINIS);
+            let share = (i as f64 / (MINIS - 1) as f64).powi(2);
+            Mini::new(size as usize, share, pick, seed ^ ((c as u64 + 1) * 0x9E37))
+        });
         let sims = Self {
             minis,
             index: Index::with_capacity_and_hasher(4 * size as usize, MixState),
-            sketches: (0..COPIES)
-                .map(|_| FrequencySketch::shaped(size, SKETCH_PERIOD, SKETCH_WIDTH, true))
-                .collect(),
+            sketches: std::array::from_fn(|_| {
+                FrequencySketch::shaped(size, SKETCH_PERIOD, SKETCH_WIDTH, true)
+            }),
+            clock: 0,
             scores: [0.0; COPIES],
             misses: [0; COPIES],
             seen: 0,
@@ -212,19 +213,17 @@ impl MiniSims {
         };
         let sims = &mut *sims;
         for &h in hashes {
+            // Every copy sees every sampled request, so one clock serves them all.
+            sims.clock += 1;
+            let now = sims.clock;
             let held = sims.index.get(&h).copied().unwrap_or([ABSENT; COPIES]);
-            let copies = sims
-                .minis
-                .iter_mut()
-                .zip(&sims.sketches)
-                .zip(&mut sims.misses);
-            for (c, ((m, sk), misses)) in copies.enumerate() {
+            for (c, &at) in held.iter().enumerate() {
                 let place = Place {
                     index: &mut sims.index,
                     copy: c,
                 };
-                if !m.access(h, held[c], sk, place) {
-                    *misses += 1;
+                if !sims.minis[c].access(h, at, now, &sims.sketches[c], place) {
+                    sims.misses[c] += 1;
                 }
             }
             sims.seen += 1;
@@ -356,6 +355,8 @@ struct Mini {
     slots: Vec<Entry>,
     pools: [EvictionPool; 2],
     rng: XorShift64,
+    /// The copies' common clock (`Sims::clock`) as of this copy's last miss: what its eviction
+    /// stamps and ages by.
     clock: u64,
     window_len: usize,
     protected_len: usize,
@@ -380,14 +381,23 @@ impl Mini {
         (self.share * self.capacity as f64).round() as usize
     }
 
-    /// One request for a key this copy holds at `held` ([`ABSENT`] if not), with the copy's
-    /// sketch `sk`; true on a hit. As the policy: a hit protects a main entry and, a
-    /// resolution after the last, stamps it and raises its resident count; a miss is recorded
-    /// in the sketch.
+    /// One request, the `now`th sampled one, for a key this copy holds at `held` ([`ABSENT`]
+    /// if not), with the copy's sketch `sk`; true on a hit. As the policy: a hit protects a
+    /// main entry and, a resolution after the last, stamps it and raises its resident count;
+    /// a miss is recorded in the sketch.
     #[inline]
-    fn access(&mut self, hash: u64, held: u16, sk: &FrequencySketch, at: Place<'_>) -> bool {
-        self.clock += 1;
+    fn access(
+        &mut self,
+        hash: u64,
+        held: u16,
+        now: u64,
+        sk: &FrequencySketch,
+        at: Place<'_>,
+    ) -> bool {
         if held == ABSENT {
+            // The copy's own clock is read only by a miss's eviction: brought up to date here
+            // rather than by every hit (a sampled hit replays in every copy).
+            self.clock = now;
             self.miss(hash, sk, at);
             return false;
         }
@@ -396,13 +406,13 @@ impl Mini {
             e.protected = true;
             self.protected_len += 1;
         }
-        if self.clock - e.stamp >= RESOLUTION {
-            e.stamp = self.clock;
+        if now - e.stamp >= RESOLUTION {
+            e.stamp = now;
             let ages = sk.ages() as u32;
-            let now = e.freq.checked_shr(ages.wrapping_sub(e.fage)).unwrap_or(0);
-            e.freq = (now + 1).min(MAX_FREQUENCY);
+            let count = e.freq.checked_shr(ages.wrapping_sub(e.fage)).unwrap_or(0);
+            e.freq = (count + 1).min(MAX_FREQUENCY);
             e.fage = ages;
-            if now < MAX_FREQUENCY {
+            if count < MAX_FREQUENCY {
                 sk.add_exclusive(1);
             }
         }
@@ -716,10 +726,17 @@ mod tests {
         assert_eq!((m.share(), m.pick()), (best.0, best.1), "{scores:?}");
     }
 
-    /// One request of `h` to `mini`, which is copy `copy` of the shared `index`.
-    fn request(mini: &mut Mini, h: u64, sk: &FrequencySketch, index: &mut Index, copy: usize) {
+    /// Request `i` (from 0), of `h`, to `mini`, which is copy `copy` of the shared `index`.
+    fn request(
+        mini: &mut Mini,
+        i: u64,
+        h: u64,
+        sk: &FrequencySketch,
+        index: &mut Index,
+        copy: usize,
+    ) {
         let held = index.get(&h).map_or(ABSENT, |p| p[copy]);
-        mini.access(h, held, sk, Place { index, copy });
+        mini.access(h, held, i + 1, sk, Place { index, copy });
     }
 
     /// Why the share of 100% runs once, not once per pick: its main space stays empty, so
@@ -730,7 +747,7 @@ mod tests {
         let sk = FrequencySketch::shaped(100, SKETCH_PERIOD, SKETCH_WIDTH, true);
         let mut index = Index::default();
         for i in 0..20_000u64 {
-            request(&mut mini, zipf_like(i, 2_000), &sk, &mut index, 0);
+            request(&mut mini, i, zipf_like(i, 2_000), &sk, &mut index, 0);
             assert!(mini.slots.iter().all(|e| e.window), "request {i}");
         }
         assert_eq!(mini.slots.len(), 100);
@@ -742,7 +759,7 @@ mod tests {
         let sk = FrequencySketch::shaped(100, SKETCH_PERIOD, SKETCH_WIDTH, true);
         let mut index = Index::default();
         for i in 0..50_000u64 {
-            request(&mut mini, zipf_like(i, 2_000), &sk, &mut index, 1);
+            request(&mut mini, i, zipf_like(i, 2_000), &sk, &mut index, 1);
             assert!(mini.slots.len() <= 100);
             assert_eq!(index.len(), mini.slots.len());
             for (i, e) in mini.slots.iter().enumerate() {
