@@ -114,6 +114,7 @@ mod metrics;
 mod minisim;
 mod observe;
 mod pool;
+mod prefetch;
 pub mod pressure;
 mod read_through;
 pub mod registry;

@@ -98,6 +98,12 @@ impl EvictionPool {
         self.entries.pop()
     }
 
+    /// The best candidate, left in the pool.
+    #[inline]
+    pub(crate) fn best(&self) -> Option<Candidate> {
+        self.entries.last().copied()
+    }
+
     /// The best remaining rank, if any.
     pub(crate) fn best_rank(&self) -> Option<u64> {
         self.entries.last().map(|c| c.rank)

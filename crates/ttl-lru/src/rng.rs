@@ -33,6 +33,12 @@ impl XorShift64 {
     pub(crate) fn below(&mut self, len: usize) -> usize {
         ((u128::from(self.next_u64()) * len as u128) >> 64) as usize
     }
+
+    /// What the next [`below`](Self::below)`(len)` will return, without drawing it.
+    #[inline]
+    pub(crate) fn peek_below(&self, len: usize) -> usize {
+        self.clone().below(len)
+    }
 }
 
 #[cfg(test)]

@@ -756,6 +756,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 t.set_idle(i, idle_ms);
                 t.place(i, window, count);
                 self.budget.give(credit + victim_weight - weight);
+                if t.adaptive.is_none() {
+                    t.prefetch_eviction(cfg.samples);
+                }
                 drop(t);
                 self.count_removal(&victim, now);
                 self.report_evicted(evicted, now);
@@ -1500,6 +1503,38 @@ mod tests {
             (per_insert[0] - per_insert[1]).abs() <= 2.0,
             "reads per insert differ with size: {per_insert:?}"
         );
+    }
+
+    /// An insert at capacity prefetches the next eviction's window (`Table::prefetch_eviction`):
+    /// the window it names must be the one that eviction samples, or the prefetch only wastes
+    /// bandwidth. With one sample and no pool, the victim is the window's only entry.
+    #[test]
+    fn the_prefetched_window_is_the_next_evictions() {
+        let one = ShardConfig {
+            samples: 1,
+            swr_ms: 0,
+        };
+        let s: Shard<u64, u64> = Shard::new(
+            64,
+            0,
+            11,
+            Admission::Always,
+            1,
+            from_cache(64, Columns::ALL),
+        );
+        for k in 0..64 {
+            write_value(&s, k, NEVER, 1, k, &one, WriteMode::Plain);
+        }
+        for k in 64..1_000 {
+            let start = s.table.read().next_sample_start();
+            let victim = {
+                let t = s.table.read();
+                *t.slot(start).key()
+            };
+            write_value(&s, k, NEVER, 1, k, &one, WriteMode::Plain);
+            assert!(s.get(h(victim), &victim, k).is_none(), "insert {k}");
+            assert_eq!(s.len(), 64);
+        }
     }
 
     /// The adaptive policy stays O(k) too: it reads each sample twice (flags, then rank: the
