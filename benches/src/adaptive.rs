@@ -460,6 +460,9 @@ pub enum Mode {
     },
 }
 
+/// The most copies `Config::mini_grid` lists.
+pub const MINI_GRID_MAX: usize = 8;
+
 /// Everything a candidate is built from.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Config {
@@ -630,6 +633,18 @@ pub struct Config {
     pub mini_samples: usize,
     /// See `mini_samples`.
     pub mini_pool: usize,
+    /// See `minis` (lab only): bit K set skips the K-th copy in the order `with_minis` builds
+    /// them, pick-major then share (with the default 3 shares and `malt=1`: 0: 0% pick
+    /// `lfu_pick`, 1: 25% `lfu_pick`, 2: 100%, 3: 0% `mini_alt_pick`, 4: 25% `mini_alt_pick`);
+    /// the other copies keep their seeds. 0 skips none.
+    pub mini_skip: u64,
+    /// See `minis` (lab only): when `mini_grid_len > 0`, the copies are exactly these
+    /// (window share, victim pick) pairs, the first `mini_grid_len` of them, in place of the
+    /// `minis` x `mini_alt_pick` grid (copy K seeded as the grid's K-th copy would be; a
+    /// pick of 0 means `lfu_pick`).
+    pub mini_grid: [(f64, usize); MINI_GRID_MAX],
+    /// See `mini_grid`.
+    pub mini_grid_len: usize,
     /// The policy.
     pub mode: Mode,
 }
@@ -682,6 +697,9 @@ impl Config {
             mini_alt_pick: 0,
             mini_samples: 0,
             mini_pool: 0,
+            mini_skip: 0,
+            mini_grid: [(0.0, 0); MINI_GRID_MAX],
+            mini_grid_len: 0,
             accel: 0.0,
             fast_mult: 0.0,
             fast_below: 0.05,
@@ -929,6 +947,8 @@ pub struct Adaptive {
     mini_misses: Vec<u64>,
     mini_rate: u64,
     mini_requests: u64,
+    /// Periods each copy of `minis` has won so far (lab instrumentation).
+    pub mini_wins: Vec<u64>,
 }
 
 impl Adaptive {
@@ -1011,65 +1031,89 @@ impl Adaptive {
             mini_misses: Vec::new(),
             mini_rate: 1,
             mini_requests: 0,
+            mini_wins: Vec::new(),
         }
         .with_minis(seed)
     }
 
-    /// Builds the miniature simulations of `Config::minis`.
+    /// Builds the miniature simulations of `Config::minis` (or `Config::mini_grid`).
     fn with_minis(mut self, seed: u64) -> Self {
         let n = self.cfg.minis;
-        if n == 0 || self.capacity == 0 {
+        let grid = self.cfg.mini_grid_len.min(MINI_GRID_MAX);
+        if (n == 0 && grid == 0) || self.capacity == 0 {
             return self;
         }
         self.mini_rate = ((self.capacity / self.cfg.mini_size.max(1)) as u64)
             .max(self.cfg.mini_rate_min)
             .max(1);
         let size = (self.capacity as u64 / self.mini_rate).max(1) as usize;
-        let picks = if self.cfg.mini_alt_pick > 0 {
-            vec![self.cfg.lfu_pick, self.cfg.mini_alt_pick]
-        } else {
-            vec![self.cfg.lfu_pick]
-        };
-        for (j, &pick) in picks.iter().enumerate() {
-            for i in 0..n {
-                let share = if n == 1 {
-                    self.cfg.mini_max
-                } else {
-                    // Quadratic spacing: fine steps near a shut window, where most traces sit.
-                    self.cfg.mini_max * (i as f64 / (n - 1) as f64).powi(2)
-                };
-                if j > 0 && share >= 1.0 {
-                    // A window over the whole copy leaves main empty: no pick is ever made
-                    // there, so the second pick's copy would repeat the first's (the store's
-                    // `minisim.rs` runs it once too).
-                    continue;
-                }
-                let mut cfg = self.cfg;
-                cfg.minis = 0;
-                cfg.dead_band = 0.0;
-                cfg.lfu_pick = pick;
-                if self.cfg.mini_samples > 0 {
-                    cfg.samples = self.cfg.mini_samples;
-                }
-                if self.cfg.mini_pool > 0 {
-                    cfg.pool = self.cfg.mini_pool;
-                }
-                cfg.mode = Mode::Window {
-                    init: share,
-                    adapt: Adapt::Fixed,
-                    min: share,
-                    max: share,
-                };
-                self.minis.push(Adaptive::new(
-                    size,
-                    cfg,
-                    seed ^ (((j * n + i) as u64 + 1) * 0x9E37),
-                ));
+        // (share, pick, seed index) of every copy, in build order.
+        let mut copies: Vec<(f64, usize, usize)> = Vec::new();
+        if grid > 0 {
+            for (k, &(share, pick)) in self.cfg.mini_grid[..grid].iter().enumerate() {
+                let pick = if pick == 0 { self.cfg.lfu_pick } else { pick };
+                copies.push((share, pick, k));
             }
+        } else {
+            let picks = if self.cfg.mini_alt_pick > 0 {
+                vec![self.cfg.lfu_pick, self.cfg.mini_alt_pick]
+            } else {
+                vec![self.cfg.lfu_pick]
+            };
+            for (j, &pick) in picks.iter().enumerate() {
+                for i in 0..n {
+                    let share = if n == 1 {
+                        self.cfg.mini_max
+                    } else {
+                        // Quadratic spacing: fine steps near a shut window, where most traces sit.
+                        self.cfg.mini_max * (i as f64 / (n - 1) as f64).powi(2)
+                    };
+                    if j > 0 && share >= 1.0 {
+                        // A window over the whole copy leaves main empty: no pick is ever made
+                        // there, so the second pick's copy would repeat the first's (the store's
+                        // `minisim.rs` runs it once too).
+                        continue;
+                    }
+                    copies.push((share, pick, j * n + i));
+                }
+            }
+        }
+        for (k, &(share, pick, s)) in copies.iter().enumerate() {
+            if k < 64 && self.cfg.mini_skip & (1 << k) != 0 {
+                continue;
+            }
+            let mut cfg = self.cfg;
+            cfg.minis = 0;
+            cfg.mini_grid_len = 0;
+            cfg.dead_band = 0.0;
+            cfg.lfu_pick = pick;
+            if self.cfg.mini_samples > 0 {
+                cfg.samples = self.cfg.mini_samples;
+            }
+            if self.cfg.mini_pool > 0 {
+                cfg.pool = self.cfg.mini_pool;
+            }
+            cfg.mode = Mode::Window {
+                init: share,
+                adapt: Adapt::Fixed,
+                min: share,
+                max: share,
+            };
+            self.minis
+                .push(Adaptive::new(size, cfg, seed ^ ((s as u64 + 1) * 0x9E37)));
         }
         self.mini_scores = vec![0.0; self.minis.len()];
         self.mini_misses = vec![0; self.minis.len()];
+        self.mini_wins = vec![0; self.minis.len()];
         self
+    }
+
+    /// The copies of `Config::minis` that run, in order: (window share, victim pick).
+    pub fn mini_copies(&self) -> Vec<(f64, usize)> {
+        self.minis
+            .iter()
+            .map(|m| (m.param, m.cfg.lfu_pick))
+            .collect()
     }
 
     /// Feeds the miniature simulations and, at a period's end, moves the window to the share
@@ -1096,6 +1140,7 @@ impl Adaptive {
                 best = i;
             }
         }
+        self.mini_wins[best] += 1;
         let share = self.minis[best].param;
         let by = share - self.param;
         self.nudge(by);

@@ -49,7 +49,10 @@
 //! the window then shrinks by demoting its oldest entries), `mrate=N` (the minis' sampling
 //! modulus is at least N), `malt=N` (the copies run twice, with the candidate's `lfu` and with
 //! N, and the main space takes the winner's pick too), `msamp=N` and `mpool=N` (the copies'
-//! own samples per eviction and pool size; 0: the cache's).
+//! own samples per eviction and pool size; 0: the cache's), `mskip=MASK` (bit K skips the K-th
+//! copy in build order, pick-major: with `minisim`'s copies 1 = 0% pick 12, 2 = 25% pick 12,
+//! 4 = 100%, 8 = 0% pick 1, 16 = 25% pick 1), `mgrid=SHARE:PICK/...` (the copies are exactly
+//! these, at most 8; pick 0 is the candidate's `lfu`).
 //! Example: `--cand win,init=0.01,ghost=0.002`. `best` is `Config::recommended()`, the
 //! candidate this lab recommends (the same as
 //! `win,init=0,marginal=0.05/1,min=0,keep=0,guard=1,period=64,slru=1`); `next` is
@@ -59,6 +62,9 @@
 //! mini=6/1000/8/1/0.5,mrate=4,malt=1`; with `malt=0` the first candidate found that meets
 //! every cell). Each takes options after it: `--cand best,idle=8`.
 //!
+//! `--wins` prints, per candidate with miniature simulations, the share of periods each copy
+//! won in each cell.
+//!
 //! The peers' results do not depend on the candidates: `--peer-cache FILE` stores them and reuses
 //! them (moka's hashing is randomly seeded, so its cells move by up to about 0.4 point a run).
 
@@ -66,7 +72,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 
-use benches::adaptive::{Adapt, Adaptive, Config, Mode};
+use benches::adaptive::{Adapt, Adaptive, Config, MINI_GRID_MAX, Mode};
 use benches::policy::{ExactLru, MokaSync, Policy, QuickCache, SimResult, simulate};
 use benches::trace::{ARC_TRACES, ArcTrace, trace_dirs};
 use benches::workload::{looping, shifting_zipf, zipf_with_scan};
@@ -83,7 +89,7 @@ const LOOP_EXCESS: f64 = 1.1;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: policylab [--trace NAME]... [--cand SPEC]... [--peer-cache FILE] [--trace-dir DIR]\n\
+        "usage: policylab [--trace NAME]... [--cand SPEC]... [--peer-cache FILE] [--trace-dir DIR] [--seed N] [--wins]\n\
          (see the module docs for NAME and SPEC)"
     );
     std::process::exit(2)
@@ -213,6 +219,25 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "malt" => cfg.mini_alt_pick = n()? as usize,
             "msamp" => cfg.mini_samples = n()? as usize,
             "mpool" => cfg.mini_pool = n()? as usize,
+            "mskip" => cfg.mini_skip = n()?,
+            "mgrid" => {
+                // SHARE:PICK/SHARE:PICK/...
+                let mut len = 0;
+                for c in v.split('/') {
+                    let (sh, pk) = c
+                        .split_once(':')
+                        .ok_or_else(|| format!("mgrid wants SHARE:PICK/..., got {v:?}"))?;
+                    if len == MINI_GRID_MAX {
+                        return Err(format!("mgrid takes at most {MINI_GRID_MAX} copies"));
+                    }
+                    cfg.mini_grid[len] = (
+                        sh.parse().map_err(|_| format!("bad share {sh:?}"))?,
+                        pk.parse().map_err(|_| format!("bad pick {pk:?}"))?,
+                    );
+                    len += 1;
+                }
+                cfg.mini_grid_len = len;
+            }
             "mini" => {
                 // COUNT/SIZE/PERIOD[/MAX[/DECAY]]
                 let parts: Vec<&str> = v.split('/').collect();
@@ -353,6 +378,7 @@ fn main() {
     let mut peer_cache_path = None;
     let mut dirs = trace_dirs();
     let mut seed = 42u64;
+    let mut wins = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -376,6 +402,7 @@ fn main() {
             "--peer-cache" => {
                 peer_cache_path = Some(PathBuf::from(args.next().unwrap_or_else(|| usage())))
             }
+            "--wins" => wins = true,
             "--trace-dir" => dirs.insert(0, PathBuf::from(args.next().unwrap_or_else(|| usage()))),
             _ => usage(),
         }
@@ -388,6 +415,9 @@ fn main() {
     let mut peer_cache = read_cache(&peer_cache_path);
     // Per candidate: (cell, candidate %, best peer %, quick_cache %).
     let mut summary: Vec<Vec<(String, f64, f64, f64)>> = vec![Vec::new(); cands.len()];
+    // Per candidate: its copies (share, pick), and per cell the periods each copy won.
+    type Wins = (Vec<(f64, usize)>, Vec<(String, Vec<u64>)>);
+    let mut win_tables: Vec<Wins> = vec![(Vec::new(), Vec::new()); cands.len()];
     for name in &traces {
         let w = match load(name, &dirs) {
             Ok(w) => w,
@@ -456,10 +486,39 @@ fn main() {
                 } else {
                     w.name.clone()
                 };
+                if wins && !model.mini_wins.is_empty() {
+                    win_tables[ci].0 = model.mini_copies();
+                    win_tables[ci]
+                        .1
+                        .push((cell.clone(), model.mini_wins.clone()));
+                }
                 summary[ci].push((cell, v, best[i], peer_rows[1][i]));
             }
             println!();
             let _ = std::io::stdout().flush();
+        }
+        println!();
+    }
+    for ((spec, _), (copies, cells)) in cands.iter().zip(&win_tables) {
+        if cells.is_empty() {
+            continue;
+        }
+        println!("### periods won per copy (share/pick), %: {spec}\n");
+        print!("| cell | periods |");
+        copies
+            .iter()
+            .for_each(|(sh, pk)| print!(" {:.0}%/{pk} |", sh * 100.0));
+        println!();
+        print!("|---|---:|");
+        copies.iter().for_each(|_| print!("---:|"));
+        println!();
+        for (cell, w) in cells {
+            let total: u64 = w.iter().sum();
+            print!("| {cell} | {total} |");
+            for &k in w {
+                print!(" {:.0} |", 100.0 * k as f64 / total.max(1) as f64);
+            }
+            println!();
         }
         println!();
     }
