@@ -772,9 +772,10 @@ impl Config {
     /// store 0.2 point on shift 10%), each fed the keys of
     /// one hash bucket in `max(4, capacity / 1000)`; every 8 x capacity requests the window
     /// takes the share of the copy with the fewest misses (each period's misses plus half the
-    /// last score). The copies run twice, picking main's victim as the least frequent of the
-    /// 12 oldest and as the oldest (`malt=1`), and the cache takes the winner's pick too: P6
-    /// wants the oldest, the 1% zipf, scan and shift cells the least frequent. (First found
+    /// last score). Each copy picks main's victim as the least frequent of the 12 oldest
+    /// (sessions 10 to 12 also ran the 0 and 25% shares picking the oldest, `malt=1`, for P6;
+    /// session 13 dropped them: `--wins` showed they won periods without moving any cell, and
+    /// the store's worst cell held at one and eight shards). (First found
     /// with 11 copies at full size for small caches and one pick: `mini=11/1000/8/1/0.5,
     /// mrate=1,malt=0`.) The copies evict more cheaply than the cache (4 samples and a pool
     /// of 4 per region, `msamp=4,mpool=4`; session 10: with `resident=2` every cell still
@@ -796,7 +797,7 @@ impl Config {
             mini_max: 1.0,
             mini_decay: 0.5,
             mini_rate_min: 4,
-            mini_alt_pick: 1,
+            mini_alt_pick: 0,
             mini_samples: 4,
             mini_pool: 4,
             mode: Mode::Window {

@@ -24,8 +24,8 @@
 //!
 //! An eviction at the target duels the oldest window candidate against main's victim: the
 //! least frequent of the 12 oldest pooled main candidates (all 8 of main's pool with the
-//! default [`ADAPTIVE_POOL_SIZE`](crate::ADAPTIVE_POOL_SIZE); or the oldest, when the
-//! simulations find that pick misses less), its count halved per `8 x capacity`
+//! default [`ADAPTIVE_POOL_SIZE`](crate::ADAPTIVE_POOL_SIZE), as many as the simulations'
+//! winning copy picks from), its count halved per `8 x capacity`
 //! requests it has been idle (a hot set that moved on keeps high counts until the sketch ages;
 //! its idle time tells at once). A victim that wins stays pooled, so the next duel is against
 //! it again (a loop's newcomers keep losing, as moka's LRU head stays put). A window above its
@@ -64,7 +64,7 @@
 //! Memory beyond the default's: per entry, nothing in the slot (the count shares the stamp
 //! word, whose 52 low bits keep the stamp); the sketch (4 rows of 4-bit counters over the next
 //! power of two of 8 x capacity, 16 to 32 bytes, plus a doorkeeper of 4 to 8 bytes); per
-//! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 5 copies of at most
+//! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 3 copies of at most
 //! 1,000 simulated entries of 24 bytes, each with its own 24 KB sketch, and one index of the
 //! keys they hold) and a 128-byte hit
 //! buffer per (tally stripe, shard): (2P + 1) x 4P x 128 bytes with the default shard count on

@@ -70,20 +70,20 @@ pub enum Admission {
     TinyLfu,
     /// Sampled W-TinyLFU with an adaptive window (`adaptive.rs`, issue 17): every new key
     /// enters a window; at capacity the oldest sampled window entry duels main's victim (the
-    /// least frequent of main's pooled candidates, 12 at most, or the oldest, its count halved
+    /// least frequent of main's pooled candidates, 12 at most, its count halved
     /// for each `8 x capacity` requests it has been idle) on their counts (each entry counts
     /// its own hits, starting from what the sketch of misses remembers of its key), and the
-    /// loser leaves; a victim that wins stays the one to beat. The window's share and that victim
-    /// pick are chosen by 5 miniature simulations of this policy (3 shares, 0, 25 and 100% of
-    /// the capacity, the first two with both picks) over a hash sample of the keys (`minisim.rs`):
-    /// recency where it pays (a hot set that keeps moving), frequency where it does not (a
+    /// loser leaves; a victim that wins stays the one to beat. The window's share is chosen by 3
+    /// miniature simulations of this policy (window shares of 0, 25 and 100% of the capacity)
+    /// over a hash sample of the keys (`minisim.rs`): recency where it pays (a hot set that keeps moving), frequency where it does not (a
     /// loop, a scan, a stable core). Main is a sampled SLRU (an entry hit in main is
     /// protected). Within 0.5 point of the best of exact LRU, quick_cache and moka in every
     /// cell of the hit-ratio tables, at one shard and at eight (docs/benchmarks.md); it
     /// samples 6 entries per eviction into pools of 8 unless told otherwise
-    /// ([`ADAPTIVE_SAMPLES`](crate::ADAPTIVE_SAMPLES)). A get costs about 1.6 times the
-    /// default's instructions and an insert at capacity 2.6 times, which is why it is not the
-    /// default.
+    /// ([`ADAPTIVE_SAMPLES`](crate::ADAPTIVE_SAMPLES)). A get costs about 1.4 times the
+    /// default's instructions and an insert at capacity 2.2 times, and it may decline an
+    /// insert at capacity (`Ok(false)`, counted in `Stats::rejections`) where the default never
+    /// does, which is why it is not the default.
     ///
     /// A hit writes the entry's own recency word (its stamp, at most once per resolution; its
     /// protected flag once; its resident count while that is below 16, which a hot entry's
