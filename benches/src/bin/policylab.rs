@@ -21,7 +21,9 @@
 //! marginal ghosts), `guard=PERIOD` and `gb=F` (shrink-only density guard and its threshold), `ga=F` (the guard also grows the window above
 //! this `ln` density ratio),
 //! `keep=0|1` (a duel-winning victim stays pooled), `keepn=0|1` (only after a duel against a
-//! newcomer), `keepm=N` (only a victim that won by at most N counts; -1 off), `slru=0|1` and `share=F` (sampled SLRU
+//! newcomer), `nodecline=0|1` (never refuse a newcomer: a window of at least one entry whose
+//! newest entry duels in the newcomer's place), `keepm=N` (only a victim that won by at most N
+//! counts; -1 off), `slru=0|1` and `share=F` (sampled SLRU
 //! main space and its protected share), `sshare=0|1` (that share estimated from the samples),
 //! `scale=0|1` (marginal step x capacity/1000), `hitbuf=N` (hits buffered, N at most, into the sketch at the next miss), `lfu=N` (least frequent of the N oldest
 //! main candidates), `added=0|1` (sketch aging counts only raising records), `reset=F` and
@@ -187,6 +189,7 @@ fn parse_spec(spec: &str) -> Result<Config, String> {
             "scale" => cfg.scale_step = n()? != 0,
             "keep" => cfg.keep_winner = n()? != 0,
             "keepn" => cfg.keep_newcomer_winner = n()? != 0,
+            "nodecline" => cfg.no_decline = n()? != 0,
             "keepm" => cfg.keep_margin = v.parse().map_err(|_| format!("bad margin in {opt:?}"))?,
             "lfu" => cfg.lfu_pick = n()? as usize,
             "ghosts" => cfg.ghost_ratio = f()?,
