@@ -717,8 +717,8 @@ impl<K: Eq + Hash, V> Table<K, V> {
     /// candidate, which it re-validates. Called as an insert at capacity ends, so that the
     /// shard's next one finds those lines cached instead of waiting for each in turn after its
     /// own index probe (docs/benchmarks.md, "Session 13": an insert at capacity into 1M
-    /// entries 11-18% faster). A few lines per shard: if other work evicts them before the
-    /// shard's next insert, the prefetch cost some bandwidth and a dozen instructions.
+    /// entries 11-25% faster). A few lines per shard: if other work evicts them before the
+    /// shard's next insert, the prefetch cost some bandwidth and about 45 instructions.
     ///
     /// Not for the adaptive policy (`adaptive_pick`): the same prefetch (its window, both
     /// pools' best) measured no faster, and prefetching all of main's pool slower.
@@ -728,8 +728,8 @@ impl<K: Eq + Hash, V> Table<K, V> {
             return;
         }
         // Addresses by `wrapping_add`, without bounds checks: a prefetch never reads, so a
-        // place past the end (a window that runs into the error array, a stale pooled place)
-        // is only a wasted hint.
+        // place past the end (a window that runs into the error array, a pooled place emptied
+        // since) is only a wasted hint.
         let base = self.slots.as_ptr();
         let start = self.next_sample_start();
         let end = start + samples.max(1);
@@ -743,8 +743,10 @@ impl<K: Eq + Hash, V> Table<K, V> {
             i += stride;
         }
         prefetch(base.wrapping_add(end - 1));
-        if let Some(c) = self.pool.best() {
-            prefetch(base.wrapping_add(c.idx as usize));
+        if let Some(c) = self.pool.best()
+            && let At::Value(i) = At::decode(c.idx)
+        {
+            prefetch(base.wrapping_add(i));
         }
     }
 
