@@ -756,6 +756,8 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 t.set_idle(i, idle_ms);
                 t.place(i, window, count);
                 self.budget.give(credit + victim_weight - weight);
+                // The shard's next insert at capacity reads these lines first: ask for them
+                // now, while they can arrive before it (`Table::prefetch_eviction`).
                 if t.adaptive.is_none() {
                     t.prefetch_eviction(cfg.samples);
                 }
