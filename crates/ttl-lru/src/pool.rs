@@ -98,6 +98,12 @@ impl EvictionPool {
         self.entries.pop()
     }
 
+    /// The pooled candidates, worst first.
+    #[inline]
+    pub(crate) fn candidates(&self) -> &[Candidate] {
+        &self.entries
+    }
+
     /// The best candidate, left in the pool.
     #[inline]
     pub(crate) fn best(&self) -> Option<Candidate> {

@@ -692,6 +692,11 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         // window's target on a ghost; the newcomer enters the window while it is below target.
         let mut window = false;
         let mut count = 0;
+        if t.adaptive.is_some() && credit < need {
+            // An eviction is coming: its reads are asked for before the miss's own work,
+            // which then overlaps them.
+            t.prefetch_adaptive(cfg.samples);
+        }
         if let Some(st) = t.adaptive.as_deref_mut() {
             let buffer = self
                 .hit_buffers
@@ -1537,6 +1542,19 @@ mod tests {
             assert!(s.get(h(victim), &victim, k).is_none(), "insert {k}");
             assert_eq!(s.len(), 64);
         }
+        // Every insert at capacity prefetched (and every eviction's first draw matched the
+        // window named: `Table::check_prefetched`, in every test).
+        assert_eq!(prefetches(&s), 1_000 - 64);
+        // The adaptive policy prefetches too, as each insert at capacity starts.
+        let a = adaptive_shard(64);
+        for k in 0..1_000 {
+            write_value(&a, k, NEVER, 1, k, &cfg(), WriteMode::Plain);
+        }
+        assert_eq!(prefetches(&a), 1_000 - 64);
+    }
+
+    fn prefetches(s: &Shard<u64, u64>) -> u64 {
+        s.table.read().prefetched[2].load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The adaptive policy stays O(k) too: it reads each sample twice (flags, then rank: the

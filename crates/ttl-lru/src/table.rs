@@ -322,6 +322,12 @@ pub(crate) struct Table<K, V> {
     /// whatever the table's size; a walk anywhere on that path would show here).
     #[cfg(all(test, not(herd_loom)))]
     pub(crate) eviction_reads: crate::sync::plain::AtomicU64,
+    /// The window start the last prefetch named and the table's length then, until the
+    /// eviction draws (tests: at the same length the draw must match, or the prefetch fetched
+    /// the wrong lines; a removal in between makes the hint stale, which only wastes it).
+    /// `u64::MAX`: none pending. Then how many windows were prefetched.
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) prefetched: [crate::sync::plain::AtomicU64; 3],
 }
 
 /// Eviction rank from an entry's expiry and recency word (see [`Table::rank`]): a protected
@@ -384,6 +390,12 @@ impl<K: Eq + Hash, V> Table<K, V> {
             sketch: None,
             #[cfg(all(test, not(herd_loom)))]
             eviction_reads: crate::sync::plain::AtomicU64::new(0),
+            #[cfg(all(test, not(herd_loom)))]
+            prefetched: [
+                crate::sync::plain::AtomicU64::new(u64::MAX),
+                crate::sync::plain::AtomicU64::new(0),
+                crate::sync::plain::AtomicU64::new(0),
+            ],
         }
     }
 
@@ -720,11 +732,36 @@ impl<K: Eq + Hash, V> Table<K, V> {
     /// entries 11-25% faster). A few lines per shard: if other work evicts them before the
     /// shard's next insert, the prefetch cost some bandwidth and about 45 instructions.
     ///
-    /// Not for the adaptive policy (`adaptive_pick`): the same prefetch (its window, both
-    /// pools' best) measured no faster, and prefetching all of main's pool slower.
+    /// Not for the adaptive policy, which prefetches as its insert starts instead
+    /// ([`prefetch_adaptive`](Self::prefetch_adaptive)).
     pub(crate) fn prefetch_eviction(&self, samples: usize) {
-        let len = self.len();
-        if len == 0 {
+        self.prefetch_window(samples);
+        if let Some(c) = self.pool.best()
+            && let At::Value(i) = At::decode(c.idx)
+        {
+            prefetch(self.slots.as_ptr().wrapping_add(i));
+        }
+    }
+
+    /// The adaptive policy's prefetch, as an insert at capacity takes the shard's lock: the
+    /// window `adaptive_pick` will sample and every pooled main candidate (its victim pick
+    /// reads the oldest, all 8 of a default pool). Issued before the miss's own work (the
+    /// sketch, the simulations), which then overlaps their misses (docs/benchmarks.md,
+    /// "Session 13": an adaptive insert at capacity into 1M entries ~11% faster; issued as
+    /// the previous insert ended instead, the same lines measured slower).
+    pub(crate) fn prefetch_adaptive(&self, samples: usize) {
+        self.prefetch_window(samples);
+        let base = self.slots.as_ptr();
+        for c in self.pool.candidates() {
+            if c.idx & ERROR_BIT == 0 {
+                prefetch(base.wrapping_add(c.idx as usize));
+            }
+        }
+    }
+
+    /// Prefetches the next eviction's window of `samples` adjacent entries, a line at a time.
+    fn prefetch_window(&self, samples: usize) {
+        if self.len() == 0 {
             return;
         }
         // Addresses by `wrapping_add`, without bounds checks: a prefetch never reads, so a
@@ -732,6 +769,13 @@ impl<K: Eq + Hash, V> Table<K, V> {
         // since) is only a wasted hint.
         let base = self.slots.as_ptr();
         let start = self.next_sample_start();
+        #[cfg(all(test, not(herd_loom)))]
+        {
+            let [named, len, count] = &self.prefetched;
+            named.store(start as u64, std::sync::atomic::Ordering::Relaxed);
+            len.store(self.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let end = start + samples.max(1);
         // One prefetch per line, and the window's last. (One per pair of lines, leaving the
         // neighbour to the processor's pair fetch, measured slower at 1M entries: 711 against
@@ -743,11 +787,24 @@ impl<K: Eq + Hash, V> Table<K, V> {
             i += stride;
         }
         prefetch(base.wrapping_add(end - 1));
-        if let Some(c) = self.pool.best()
-            && let At::Value(i) = At::decode(c.idx)
+    }
+
+    /// Tests: the eviction's first draw `start` is the window the last prefetch named, if one
+    /// is pending (nothing otherwise).
+    #[inline(always)]
+    fn check_prefetched(&self, start: usize) {
+        #[cfg(all(test, not(herd_loom)))]
         {
-            prefetch(base.wrapping_add(i));
+            let [named, len, _] = &self.prefetched;
+            let named = named.swap(u64::MAX, std::sync::atomic::Ordering::Relaxed);
+            let then = len.load(std::sync::atomic::Ordering::Relaxed);
+            assert!(
+                named == u64::MAX || then != self.len() as u64 || named == start as u64,
+                "prefetched window {named}, drawn {start} (length {then})"
+            );
         }
+        #[cfg(not(all(test, not(herd_loom))))]
+        let _ = start;
     }
 
     /// Where the next eviction's window of samples starts (its first draw, not yet drawn).
@@ -775,6 +832,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
         // costing a miss of its own (at 1M entries the per-sample misses were half the cost of an
         // insert at capacity).
         let mut draw = self.rng.below(len);
+        self.check_prefetched(draw);
         let samples = cfg.samples.max(1);
         if exclude.is_none() && draw + samples <= self.slots.len() {
             // The common case, a window inside the value array with nothing to skip: one pass
@@ -935,6 +993,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
     ) -> Option<Pick> {
         let len = self.len();
         let start = self.rng.below(len);
+        self.check_prefetched(start);
         let samples = cfg.samples.max(1).min(len);
         let mut draw = start;
         let (mut main, mut protected) = (0u32, 0u32);
