@@ -1438,42 +1438,13 @@ impl Adaptive {
                     let c = self.settle(WINDOW);
                     let v = self.main_victim();
                     match (c, v) {
-                        (Some(c), Some(v)) => {
-                            let fc = self.count_of(c);
-                            let fv = self.victim_frequency(v);
-                            if fc > fv || (fc == fv && self.stale_tie(v)) {
-                                self.slots[c].window = false;
-                                self.window_len -= 1;
-                                self.put_back(c);
-                                self.replace(v, key, hash, true, GhostKind::Main);
-                            } else {
-                                if self.cfg.keep_winner
-                                    || i16::from(fv) - i16::from(fc)
-                                        <= i16::from(self.cfg.keep_margin)
-                                {
-                                    self.put_back(v);
-                                }
-                                self.replace(c, key, hash, true, GhostKind::Filtered);
-                            }
-                        }
+                        (Some(c), Some(v)) => self.duel(c, v, key, hash),
                         (None, Some(v))
                             if self.cfg.no_decline
                                 && self.newest_window.is_some_and(|i| self.slots[i].window) =>
                         {
                             let c = self.newest_window.expect("checked");
-                            let fc = self.count_of(c);
-                            let fv = self.victim_frequency(v);
-                            if fc > fv || (fc == fv && self.stale_tie(v)) {
-                                self.slots[c].window = false;
-                                self.window_len -= 1;
-                                self.put_back(c);
-                                self.replace(v, key, hash, true, GhostKind::Main);
-                            } else {
-                                if self.cfg.keep_winner {
-                                    self.put_back(v);
-                                }
-                                self.replace(c, key, hash, true, GhostKind::Filtered);
-                            }
+                            self.duel(c, v, key, hash);
                         }
                         (None, Some(v)) if self.cfg.no_decline => {
                             // No window entry yet: the newcomer starts the window.
@@ -1511,6 +1482,26 @@ impl Adaptive {
                     self.replace(v, key, hash, true, GhostKind::Main);
                 }
             }
+        }
+    }
+
+    /// Window entry `c` duels main's victim `v`; the loser leaves and the newcomer (`key`)
+    /// takes its place in the window.
+    fn duel(&mut self, c: usize, v: usize, key: u64, hash: u64) {
+        let fc = self.count_of(c);
+        let fv = self.victim_frequency(v);
+        if fc > fv || (fc == fv && self.stale_tie(v)) {
+            self.slots[c].window = false;
+            self.window_len -= 1;
+            self.put_back(c);
+            self.replace(v, key, hash, true, GhostKind::Main);
+        } else {
+            if self.cfg.keep_winner
+                || i16::from(fv) - i16::from(fc) <= i16::from(self.cfg.keep_margin)
+            {
+                self.put_back(v);
+            }
+            self.replace(c, key, hash, true, GhostKind::Filtered);
         }
     }
 
