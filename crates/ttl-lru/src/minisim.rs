@@ -729,13 +729,18 @@ mod tests {
         mini.access(h, held, i + 1, sk, Place { index, copy });
     }
 
-    /// Why the share of 100% runs once, not once per pick: its main space stays empty, so
-    /// its victims never come from main's pick.
+    /// A copy of 100 entries at window share `share`, its sketch and an empty index.
+    fn copy_of_100(share: f64) -> (Mini, FrequencySketch, Index) {
+        let mini = Mini::new(100, share, LFU_PICK, 3);
+        let sk = FrequencySketch::shaped(100, SKETCH_PERIOD, SKETCH_WIDTH, true);
+        (mini, sk, Index::default())
+    }
+
+    /// A whole-window copy keeps no main space: its victims never come from main's pick, so
+    /// a grid lists the share of 100% once.
     #[test]
     fn a_whole_window_copy_never_puts_an_entry_in_main() {
-        let mut mini = Mini::new(100, 1.0, LFU_PICK, 3);
-        let sk = FrequencySketch::shaped(100, SKETCH_PERIOD, SKETCH_WIDTH, true);
-        let mut index = Index::default();
+        let (mut mini, sk, mut index) = copy_of_100(1.0);
         for i in 0..20_000u64 {
             request(&mut mini, i, zipf_like(i, 2_000), &sk, &mut index, 0);
             assert!(mini.slots.iter().all(|e| e.window), "request {i}");
@@ -745,9 +750,7 @@ mod tests {
 
     #[test]
     fn a_copy_never_holds_more_than_its_capacity() {
-        let mut mini = Mini::new(100, 0.25, LFU_PICK, 3);
-        let sk = FrequencySketch::shaped(100, SKETCH_PERIOD, SKETCH_WIDTH, true);
-        let mut index = Index::default();
+        let (mut mini, sk, mut index) = copy_of_100(0.25);
         for i in 0..50_000u64 {
             request(&mut mini, i, zipf_like(i, 2_000), &sk, &mut index, 1);
             assert!(mini.slots.len() <= 100);

@@ -1113,6 +1113,19 @@ mod tests {
         hasher().hash_one(k)
     }
 
+    /// A sampled-LRU shard of capacity `capacity` with every column, a pool of `pool` and
+    /// eviction seed `seed` (a recency resolution of 1 ms).
+    fn plain_shard(capacity: u64, pool: usize, seed: u64) -> Shard<u64, u64> {
+        Shard::new(
+            capacity,
+            pool,
+            seed,
+            Admission::Always,
+            1,
+            from_cache(capacity, Columns::ALL),
+        )
+    }
+
     #[test]
     fn a_u64_slot_keeps_only_what_a_hit_reads() {
         assert_eq!(std::mem::size_of::<Slot<u64, u64>>(), 32);
@@ -1120,14 +1133,7 @@ mod tests {
 
     #[test]
     fn slot_array_never_grows_past_the_capacity() {
-        let s: Shard<u64, u64> = Shard::new(
-            1000,
-            16,
-            1,
-            Admission::Always,
-            1,
-            from_cache(1000, Columns::ALL),
-        );
+        let s = plain_shard(1000, 16, 1);
         for k in 0..5000 {
             put(&s, k, 0);
         }
@@ -1137,14 +1143,7 @@ mod tests {
 
     #[test]
     fn swap_remove_keeps_index_consistent() {
-        let s: Shard<u64, u64> = Shard::new(
-            100,
-            16,
-            1,
-            Admission::Always,
-            1,
-            from_cache(100, Columns::ALL),
-        );
+        let s = plain_shard(100, 16, 1);
         for k in 0..50 {
             put(&s, k, 0);
         }
@@ -1162,14 +1161,7 @@ mod tests {
     /// key `dead` expires at t=5, the others never. The config samples 10: a window that covers
     /// every entry, whatever its random start.
     fn full_with_one_dead_entry(dead: u64) -> (Shard<u64, u64>, ShardConfig) {
-        let s: Shard<u64, u64> = Shard::new(
-            10,
-            16,
-            3,
-            Admission::Always,
-            1,
-            from_cache(10, Columns::ALL),
-        );
+        let s = plain_shard(10, 16, 3);
         let c = ShardConfig {
             samples: 10,
             ..cfg()
@@ -1233,14 +1225,7 @@ mod tests {
         // Fill the pool, shrink the arrays under it with removes (pooled places now past the end
         // or holding moved entries), then keep evicting: every key that is still there must be
         // found, and the capacity must hold.
-        let s: Shard<u64, u64> = Shard::new(
-            200,
-            16,
-            5,
-            Admission::Always,
-            1,
-            from_cache(200, Columns::ALL),
-        );
+        let s = plain_shard(200, 16, 5);
         for k in 0..400 {
             put(&s, k, k);
         }
@@ -1361,14 +1346,7 @@ mod tests {
 
     #[test]
     fn values_and_cached_errors_replace_each_other_and_survive_swaps() {
-        let s: Shard<u64, u64> = Shard::new(
-            100,
-            16,
-            5,
-            Admission::Always,
-            1,
-            from_cache(100, Columns::ALL),
-        );
+        let s = plain_shard(100, 16, 5);
         for k in 0..40 {
             if k % 2 == 0 {
                 put(&s, k, 0);
@@ -1406,14 +1384,7 @@ mod tests {
 
     #[test]
     fn cached_errors_count_toward_capacity_and_are_evicted() {
-        let s: Shard<u64, u64> = Shard::new(
-            10,
-            16,
-            9,
-            Admission::Always,
-            1,
-            from_cache(10, Columns::ALL),
-        );
+        let s = plain_shard(10, 16, 9);
         for k in 0..10 {
             put_error(&s, k, NEVER);
         }
@@ -1425,8 +1396,7 @@ mod tests {
         let errors_left = (0..10).filter(|&k| probe_kind(&s, k, 2) == "error").count();
         assert!(errors_left < 10, "sampling reaches the error array too");
         // A dead cached error is evicted before any value.
-        let s: Shard<u64, u64> =
-            Shard::new(3, 16, 9, Admission::Always, 1, from_cache(3, Columns::ALL));
+        let s = plain_shard(3, 16, 9);
         put(&s, 1, 0);
         put(&s, 2, 0);
         put_error(&s, 3, 5);
@@ -1521,14 +1491,7 @@ mod tests {
             samples: 1,
             swr_ms: 0,
         };
-        let s: Shard<u64, u64> = Shard::new(
-            64,
-            0,
-            11,
-            Admission::Always,
-            1,
-            from_cache(64, Columns::ALL),
-        );
+        let s = plain_shard(64, 0, 11);
         for k in 0..64 {
             write_value(&s, k, NEVER, 1, k, &one, WriteMode::Plain);
         }
@@ -2156,14 +2119,7 @@ mod tests {
 
     #[test]
     fn fenced_write_is_dropped_after_a_remove() {
-        let s: Shard<u64, u64> = Shard::new(
-            10,
-            16,
-            3,
-            Admission::Always,
-            1,
-            from_cache(10, Columns::ALL),
-        );
+        let s = plain_shard(10, 16, 3);
         let f = s.fence(h(1));
         assert_eq!(s.remove(h(1), &1), None);
         let out = write_value(&s, 1, NEVER, 1, 0, &cfg(), WriteMode::Fenced(f));
@@ -2180,14 +2136,7 @@ mod tests {
             samples: 5,
             swr_ms: 100,
         };
-        let s: Shard<u64, u64> = Shard::new(
-            10,
-            16,
-            3,
-            Admission::Always,
-            1,
-            from_cache(10, Columns::ALL),
-        );
+        let s = plain_shard(10, 16, 3);
         write_value(&s, 1, 10, 1, 0, &c, WriteMode::Plain);
         assert!(
             !s.claim_refresh(h(1), &1, 5, 100),
