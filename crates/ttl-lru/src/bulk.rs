@@ -119,31 +119,35 @@ where
         R: IntoIterator<Item = (K, V)>,
     {
         let mut answers: ManyFetched<K, V, E> = HashMap::new();
-        // The open joins: a key's fence (taken before joining) and its join, not yet polled.
+        // The open joins: a key's store count as its lookup saw it, its fence (taken before
+        // joining) and its join, not yet polled.
         let mut joins = Vec::new();
         // Each key once (a duplicate would follow this call's own flight).
         let keys: HashSet<K> = keys.into_iter().collect();
         for key in keys {
             let hash = self.hash(&key);
-            match self.front::<E>(hash, &key) {
+            let seen = match self.front::<E>(hash, &key) {
                 Front::Answer(a) => {
                     answers.insert(key, a);
                     continue;
                 }
                 // See the docs: filled in the batch, so the claim is released at once.
-                Front::StaleRefresh(_) => self.shard(hash).release_refresh(hash, &key, self.now()),
-                Front::Miss => {}
-            }
+                Front::StaleRefresh(_) => {
+                    self.shard(hash).release_refresh(hash, &key, self.now());
+                    None
+                }
+                Front::Miss(seen) => seen,
+            };
             let fence = self.shard(hash).fence(hash);
             let join = Box::pin(self.inner.group.join(key.clone()));
-            joins.push((key, hash, fence, Some(join)));
+            joins.push((key, hash, seen, fence, Some(join)));
         }
         loop {
             // Poll every open join once; stop at the first poll that yields a lead (fill it
             // before waiting for anything) or when nothing is left open.
             let mut led = Vec::new();
             poll_fn(|cx| {
-                for (key, hash, fence, slot) in &mut joins {
+                for (key, hash, seen, fence, slot) in &mut joins {
                     let Some(join) = slot.as_mut() else { continue };
                     let Poll::Ready(joined) = join.as_mut().poll(cx) else {
                         continue;
@@ -153,7 +157,7 @@ where
                         Joined::Done(r) => {
                             answers.insert(key.clone(), self.followed(r));
                         }
-                        Joined::Leader(leader) => match self.recheck::<E>(leader, *hash) {
+                        Joined::Leader(leader) => match self.recheck::<E>(leader, *hash, *seen) {
                             Ok(hit) => {
                                 answers.insert(key.clone(), hit);
                             }

@@ -666,6 +666,41 @@ mod tests {
         c
     }
 
+    /// A read-through miss nobody raced re-reads nothing after its join: the shard's store
+    /// count is what its lookup saw. A write in between, or a cached error of another type
+    /// (a miss for this caller, but not an empty key), makes its leader look again.
+    #[test]
+    fn a_leader_re_reads_the_store_only_after_a_write_that_may_have_stored() {
+        let clock = ManualClock::new();
+        let c: Cache<u64, u64> = Cache::builder(1000)
+            .shards(1)
+            .negative_ttl(Duration::from_secs(60))
+            .clock(clock)
+            .build();
+        let peeks = || {
+            c.inner.shards[0]
+                .peeks
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let fill = |k: u64| move || async move { Ok::<u64, ()>(k) };
+        for k in 0..100 {
+            let got =
+                futures::executor::block_on(c.get_or_try_insert(k, |_| Duration::MAX, fill(k)));
+            assert_eq!(got.ok().map(|f| f.value), Some(k));
+        }
+        assert_eq!(peeks(), 0, "100 uncontended misses");
+        let failed = futures::executor::block_on(c.get_or_try_insert(
+            1000,
+            |_| Duration::MAX,
+            || async { Err::<u64, &str>("down") },
+        ));
+        assert!(failed.is_err());
+        let got =
+            futures::executor::block_on(c.get_or_try_insert(1000, |_| Duration::MAX, fill(7)));
+        assert_eq!(got.ok().map(|f| f.value), Some(7));
+        assert_eq!(peeks(), 1, "a cached error of another type is re-read");
+    }
+
     #[test]
     fn a_default_hit_writes_only_its_own_threads_line() {
         let clock = ManualClock::new();

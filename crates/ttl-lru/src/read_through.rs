@@ -20,7 +20,7 @@ use crate::cache::Cache;
 use crate::clock::duration_to_ms;
 use crate::error::FetchError;
 use crate::observe::Started;
-use crate::shard::{ErasedError, Probe, WriteMode};
+use crate::shard::{ErasedError, Probe, Stores, WriteMode};
 use crate::tally::Event;
 
 /// How a read-through call obtained its value.
@@ -98,7 +98,10 @@ pub(crate) enum Front<V, E> {
     Answer(Result<Fetched<V>, FetchError<E>>),
     /// Stale value returned; this caller claimed the refresh.
     StaleRefresh(V),
-    Miss,
+    /// No answer in the store: coalesce. `None` if the leader must re-read the store whatever
+    /// (a cached error of another type was there), else the shard's store count the lookup
+    /// saw.
+    Miss(Option<Stores>),
 }
 
 impl<K, V> Cache<K, V>
@@ -252,7 +255,7 @@ where
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
         let hash = self.hash(&key);
-        match self.front::<E>(hash, &key) {
+        let seen = match self.front::<E>(hash, &key) {
             Front::Answer(a) => return Err(a),
             Front::StaleRefresh(value) => {
                 self.start_refresh(key, hash, ttl_fn, make_fut, refresh_timeout);
@@ -261,15 +264,15 @@ where
                     source: Source::Stale,
                 }));
             }
-            Front::Miss => {}
-        }
+            Front::Miss(seen) => seen,
+        };
         let fence = self.shard(hash).fence(hash);
         // Await 1: cancel-safe (a dropped follower leaves the queue).
         let leader = match self.inner.group.join(key).await {
             Joined::Done(r) => return Err(self.followed(r)),
             Joined::Leader(leader) => leader,
         };
-        let leader = match self.recheck(leader, hash) {
+        let leader = match self.recheck(leader, hash, seen) {
             Ok(hit) => return Err(hit),
             Err(leader) => leader,
         };
@@ -313,21 +316,30 @@ where
             Probe::Negative(e) => match e.downcast::<E>() {
                 Ok(e) => Front::Answer(Err(FetchError::Failed(e))),
                 // Cached by a caller with another error type: treat as a miss.
-                Err(_) => Front::Miss,
+                Err(_) => Front::Miss(None),
             },
-            Probe::Miss => Front::Miss,
+            Probe::Miss(seen) => Front::Miss(Some(seen)),
         }
     }
 
     /// A new leader re-checks the store: a flight may have stored and ended between our lookup and
-    /// our join. Then the lead is finished with that value (nobody refills it); otherwise the lead
-    /// comes back.
+    /// our join (or a plain insert stored while we followed a lead that was then handed to
+    /// us). Then the lead is finished with that value (nobody refills it); otherwise the lead
+    /// comes back. `seen`: the shard's store count when our lookup missed, if it was a plain
+    /// miss; unless a write came to the shard since, there is nothing new to read (one load
+    /// instead of a lookup under the read lock: ~130 instructions of an uncontended fill).
+    #[inline]
     pub(crate) fn recheck<'g, E: Send + Sync + 'static>(
         &self,
         leader: GroupLeader<'g, K, V>,
         hash: u64,
+        seen: Option<Stores>,
     ) -> Result<Result<Fetched<V>, FetchError<E>>, GroupLeader<'g, K, V>> {
-        match self.shard(hash).peek_fresh(hash, leader.key(), self.now()) {
+        let shard = self.shard(hash);
+        if seen.is_some_and(|seen| !shard.stored_since(seen)) {
+            return Err(leader);
+        }
+        match shard.peek_fresh(hash, leader.key(), self.now()) {
             Some(value) => Ok(leader
                 .finish(Ok(value))
                 .map(|value| Fetched {

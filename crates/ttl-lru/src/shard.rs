@@ -101,8 +101,17 @@ pub(crate) enum Probe<V> {
         refresh: bool,
     },
     Negative(ErasedError),
-    Miss,
+    /// No usable entry; the shard's store count as the lookup saw it (see
+    /// [`Shard::stored_since`]).
+    Miss(Stores),
 }
+
+/// A shard's count of writes that may have stored a value, as one lookup saw it under the
+/// shard's lock. A read-through leader compares it with the count when it has joined: if no
+/// such write came in between, the key still has no fresh value and the store need not be
+/// read again (`Cache::recheck`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stores(u64);
 
 /// How a write interacts with the invalidation fence.
 #[derive(Debug, Clone, Copy)]
@@ -165,6 +174,15 @@ pub(crate) struct Shard<K, V> {
     /// Bumped under the write lock (with the key's hash recorded in the table's write log),
     /// read without a lock by `fence`.
     writes: AtomicU64,
+    /// Writes that passed their fence (plain or a fill's), so may have stored a value: bumped
+    /// under the write lock, read by a read-through miss under the read lock and again by its
+    /// leader ([`stored_since`](Self::stored_since)). Beside `writes`: a write dirties one
+    /// line for both.
+    stores: AtomicU64,
+    /// Lookups of [`peek_fresh`](Self::peek_fresh) (tests: a read-through leader re-reads
+    /// the store only after a write that may have stored).
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) peeks: crate::sync::plain::AtomicU64,
     /// Rare events; the frequent ones go to `tally`.
     pub(crate) counters: CachePadded<ShardCounters>,
     /// The cache's per-thread counters (shared with the other shards and `Cache::stats`).
@@ -223,6 +241,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             table: ShardLock::new(table, tally.clone()),
             recency_ms: recency_ms.max(1),
             writes: AtomicU64::new(0),
+            stores: AtomicU64::new(0),
+            #[cfg(all(test, not(herd_loom)))]
+            peeks: crate::sync::plain::AtomicU64::new(0),
             counters: CachePadded::default(),
             tally,
             budget,
@@ -446,6 +467,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
+        #[cfg(all(test, not(herd_loom)))]
+        self.peeks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let t = self.table.read();
         let i = t.find_value(hash, q)?;
         let s = t.slot(i);
@@ -526,9 +550,21 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             }
             None => {}
         }
+        // Under the read lock: no write is half done, so the count matches what was read.
+        let stores = Stores(self.stores.load(Ordering::Relaxed));
         drop(t);
         self.tally.record_as(me, Event::Miss);
-        Probe::Miss
+        Probe::Miss(stores)
+    }
+
+    /// Whether a write that may have stored a value came to the shard since a lookup saw
+    /// `seen`. False means no value was stored since, so a key that had no fresh value then
+    /// has none now: a leader that joined after such a lookup may skip re-reading the store.
+    /// (Exact for writes ordered before the caller: a fill that stored and then ended its
+    /// flight bumped the count before the caller joined, which the group's lock orders.)
+    #[inline]
+    pub(crate) fn stored_since(&self, seen: Stores) -> bool {
+        self.stores.load(Ordering::Acquire) != seen.0
     }
 
     /// Claims the refresh of a stale entry: true for exactly one caller until the entry is replaced
@@ -616,6 +652,10 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             drop(t);
             return Ok(Write::Done(WriteOutcome::Fenced));
         }
+        // Counted whether or not it stores (too heavy, expired, declined): a read-through
+        // leader then re-reads the store once more than it needed to, never once less.
+        let stores = self.stores.load(Ordering::Relaxed);
+        self.stores.store(stores + 1, Ordering::Release);
         if weight > t.capacity {
             let limit = t.capacity;
             let old = self.remove_key_locked(&mut t, hash, &key);
@@ -1340,7 +1380,7 @@ mod tests {
                 "error"
             }
             Probe::Stale { .. } => "stale",
-            Probe::Miss => "miss",
+            Probe::Miss(_) => "miss",
         }
     }
 

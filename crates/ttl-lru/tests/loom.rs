@@ -5,8 +5,9 @@
 //! loom types, so these models explore every interleaving of: lookups against evicting inserts and
 //! swap-removes (a reader never sees another key's slot), purges against re-inserts, a fill's
 //! fenced publish against a concurrent remove, the one-refresh gate, and inserts into different
-//! shards of a full cache drawing on its one capacity budget, and the adaptive policy's flagging
-//! hits and full-buffer drain against an evicting insert.
+//! shards of a full cache drawing on its one capacity budget, the adaptive policy's flagging
+//! hits and full-buffer drain against an evicting insert, and two read-through misses of one
+//! key (the coalescing group and the leader's re-check of the store).
 #![cfg(herd_loom)]
 
 use std::time::Duration;
@@ -331,5 +332,41 @@ fn adaptive_resize_vs_evicting_writer() {
         assert!(c.len() <= 1, "{} entries in a cache of 1", c.len());
         c.insert(20, 200, FOREVER).unwrap();
         assert!(c.len() <= 1);
+    });
+}
+
+/// Two read-through misses of one key race: whatever the interleaving, the fill runs once. The
+/// interleaving that needs care: the second caller's lookup misses, the first caller's fill
+/// stores and ends its flight, and only then does the second join (as a new leader). It must
+/// find the stored value (its leader re-checks the store when the shard's store count moved
+/// since its lookup, which the flight's end orders before the join), not fill again.
+#[test]
+fn read_through_miss_vs_fill_that_stores_and_ends() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let c = cache(4, &clock);
+        let runs = Arc::new(AtomicU64::new(0));
+        let call = |c: Cache<u64, u64>, runs: Arc<AtomicU64>, value: u64| {
+            let fill = move || {
+                runs.fetch_add(1, Ordering::SeqCst);
+                std::future::ready(Ok::<u64, ()>(value))
+            };
+            loom::future::block_on(c.get_or_try_insert(1, |_| FOREVER, fill))
+                .map(|f| f.value)
+                .unwrap()
+        };
+        let other = {
+            let (c, runs) = (c.clone(), Arc::clone(&runs));
+            thread::spawn(move || call(c, runs, 20))
+        };
+        let mine = call(c.clone(), Arc::clone(&runs), 10);
+        let theirs = other.join().unwrap();
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "the fill ran more than once"
+        );
+        assert_eq!(mine, theirs);
+        assert_eq!(c.get(&1), Some(mine));
     });
 }

@@ -159,6 +159,49 @@ async fn aborted_fill_leaves_nothing_stuck() {
     assert_eq!((got.value, got.source), (6, Source::Filled));
 }
 
+/// A caller that missed, then followed a fill whose leader was dropped, inherits the lead; if
+/// a value was stored meanwhile (here a plain insert, while it waited), it takes that value
+/// instead of fetching it again. The same re-check covers a fill that stored and ended between
+/// a caller's lookup and its join, which no single-threaded schedule can stage.
+#[tokio::test(start_paused = true)]
+async fn a_handed_lead_takes_a_value_stored_while_it_waited() {
+    for bulk in [false, true] {
+        let c = cache(10);
+        let never = || std::future::pending::<Result<u64, Boom>>();
+        let c2 = c.clone();
+        let stuck = tokio::spawn(async move { c2.get_or_try_insert(1, forever, never).await });
+        tokio::task::yield_now().await;
+        let runs = Arc::new(AtomicUsize::new(0));
+        let c3 = c.clone();
+        let follower = if bulk {
+            let runs = Arc::clone(&runs);
+            tokio::spawn(async move {
+                let mut got = c3
+                    .get_or_try_insert_many([1], forever, move |keys: Vec<u64>| {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        async move { Ok::<_, Boom>(keys.into_iter().map(|k| (k, 7))) }
+                    })
+                    .await;
+                got.remove(&1).expect("an answer for key 1")
+            })
+        } else {
+            let f = counted(&runs, 7, SEC);
+            tokio::spawn(async move { c3.get_or_try_insert(1, forever, f).await })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(c.insert(1, 5, Duration::MAX), Ok(true));
+        stuck.abort();
+        assert!(stuck.await.unwrap_err().is_cancelled());
+        let got = follower.await.unwrap().unwrap();
+        assert_eq!(
+            (got.value, got.source, runs.load(Ordering::SeqCst)),
+            (5, Source::Hit, 0),
+            "bulk: {bulk}"
+        );
+        assert_eq!(c.get(&1), Some(5));
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn errors_are_cached_for_negative_ttl() {
     let c: Cache<u64, u64> = Cache::builder(10)
