@@ -8,8 +8,11 @@
 //!   (see below), for the freshness their `Cache-Control` (`s-maxage`, `max-age`), `Expires` and
 //!   `Age` give them. Not stored: `no-store`, `private`, `no-cache`, `Set-Cookie`, `Vary` on
 //!   anything but `Accept-Encoding`, statuses outside RFC 9110's cacheable set, responses with
-//!   no explicit freshness (no heuristic freshness), and bodies whose `Content-Length` exceeds the
-//!   object size limit. Status and end-to-end headers live in `ObjectMeta::user`.
+//!   no explicit freshness (no heuristic freshness), bodies whose `Content-Length` exceeds the
+//!   object size limit, and bodies that end only when the origin closes its connection (neither
+//!   `Content-Length` nor chunked encoding: the origin's death would read as the body's end).
+//!   Delta-seconds past 2^31 (`max-age` of `i64::MAX`) count as 2^31 (RFC 9111 section
+//!   1.2.2). Status and end-to-end headers live in `ObjectMeta::user`.
 //! - Concurrent misses of one key share one origin fetch (`StreamCache::get_or_fill`); every
 //!   waiting client, and every client that arrives while the body downloads, streams it as it
 //!   arrives. The download runs on its own task: a client that hangs up does not stop it.

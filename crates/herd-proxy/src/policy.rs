@@ -49,7 +49,7 @@ impl CacheControl {
                     Some((name, arg)) => (name.trim(), Some(arg.trim().trim_matches('"'))),
                     None => (directive, None),
                 };
-                let seconds = |arg: Option<&str>| arg.and_then(|a| a.parse::<u64>().ok());
+                let seconds = |arg: Option<&str>| arg.and_then(delta_seconds);
                 match name.to_ascii_lowercase().as_str() {
                     "max-age" => match seconds(arg) {
                         Some(s) => cc.max_age = Some(cc.max_age.map_or(s, |m| m.min(s))),
@@ -72,6 +72,26 @@ impl CacheControl {
     }
 }
 
+/// The most seconds a delta-seconds value (`max-age`, `Age`, ...) counts for: RFC 9111
+/// section 1.2.2's 2^31 (68 years). Larger values, "forever" in practice (`max-age` of
+/// `i64::MAX` is common), are read as this, not refused, and nothing computed from them
+/// overflows.
+pub(crate) const MAX_DELTA_SECONDS: u64 = 1 << 31;
+
+/// A delta-seconds value (one or more digits), capped at [`MAX_DELTA_SECONDS`]; `None` if it
+/// is not one.
+fn delta_seconds(value: &str) -> Option<u64> {
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // All digits: a parse error can only be an overflow.
+    Some(
+        value
+            .parse::<u64>()
+            .map_or(MAX_DELTA_SECONDS, |s| s.min(MAX_DELTA_SECONDS)),
+    )
+}
+
 /// Split a comma-separated header list, skipping empty members (quoted commas are rare in
 /// `Cache-Control` and only occur inside `no-cache="..."`/`private="..."`, which we treat as
 /// their unqualified forms anyway).
@@ -91,6 +111,10 @@ pub(crate) enum NotStored {
     NoFreshness,
     InvalidDirective,
     TooLarge,
+    /// The body ends only when the origin closes its connection (HTTP/1 with neither
+    /// `Content-Length` nor chunked encoding), so a body cut short by the origin's death reads
+    /// as complete: stored, it could be served whole-looking and truncated.
+    CloseDelimited,
 }
 
 /// How long a stored response stays fresh, measured from when it was received.
@@ -173,7 +197,7 @@ pub(crate) fn storable(
     let age_header = headers
         .get(header::AGE)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
+        .and_then(|v| delta_seconds(v.trim()))
         .map_or(Duration::ZERO, Duration::from_secs);
     let apparent_age = received.duration_since(date).unwrap_or(Duration::ZERO);
     let initial_age = apparent_age.max(age_header);
@@ -199,6 +223,23 @@ pub(crate) fn storable(
         return Err(NotStored::NoFreshness);
     }
     Ok(freshness)
+}
+
+/// Whether a response's body, if it has one, ends only when the connection closes (RFC 9112
+/// section 6.3, rule 8): HTTP/1 with no `Content-Length` and no `Transfer-Encoding` ending in
+/// `chunked`. Then the end of the body and the death of the origin look the same to the
+/// proxy. HTTP/2 and later frame every body.
+pub(crate) fn close_delimited(version: http::Version, headers: &HeaderMap) -> bool {
+    if version >= http::Version::HTTP_2 || headers.contains_key(header::CONTENT_LENGTH) {
+        return false;
+    }
+    let last_coding = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(split_list)
+        .last();
+    !last_coding.is_some_and(|c| c.eq_ignore_ascii_case("chunked"))
 }
 
 fn http_date(headers: &HeaderMap, name: header::HeaderName) -> Option<SystemTime> {
@@ -368,6 +409,66 @@ mod tests {
             ),
             Err(NotStored::NoFreshness)
         );
+    }
+
+    /// "Forever" written as a huge number (`i64::MAX`, or past `u64`) counts as 2^31 seconds
+    /// (RFC 9111 section 1.2.2): stored, and its head survives the meta encoding.
+    #[test]
+    fn huge_delta_seconds_are_capped_not_refused() {
+        for huge in [
+            "9223372036854775807",
+            "99999999999999999999999",
+            "2147483649",
+        ] {
+            let cc = format!("max-age={huge}, stale-while-revalidate={huge}");
+            let f = storable(StatusCode::OK, &headers(&[("cache-control", &cc)]), now())
+                .unwrap_or_else(|why| panic!("max-age={huge}: {why:?}"));
+            let capped = Duration::from_secs(MAX_DELTA_SECONDS);
+            assert_eq!((f.lifetime, f.stale_while_revalidate), (capped, capped));
+            let head = crate::meta::StoredHead {
+                status: StatusCode::OK,
+                headers: HeaderMap::new(),
+                received: now(),
+                freshness: f,
+            };
+            let decoded = crate::meta::StoredHead::decode(&head.encode()).unwrap();
+            assert_eq!(decoded.freshness, f);
+        }
+        let aged = headers(&[
+            ("cache-control", "max-age=60"),
+            ("age", "99999999999999999999"),
+        ]);
+        assert_eq!(
+            storable(StatusCode::OK, &aged, now()),
+            Err(NotStored::NoFreshness)
+        );
+        let junk = headers(&[("cache-control", "max-age=12abc")]);
+        assert_eq!(
+            storable(StatusCode::OK, &junk, now()),
+            Err(NotStored::InvalidDirective)
+        );
+    }
+
+    #[test]
+    fn a_body_without_framing_is_close_delimited() {
+        use http::Version;
+        let v11 = Version::HTTP_11;
+        assert!(close_delimited(v11, &headers(&[])));
+        assert!(close_delimited(Version::HTTP_10, &headers(&[])));
+        assert!(close_delimited(
+            v11,
+            &headers(&[("transfer-encoding", "gzip")])
+        ));
+        assert!(close_delimited(
+            v11,
+            &headers(&[("transfer-encoding", "chunked, gzip")])
+        ));
+        assert!(!close_delimited(v11, &headers(&[("content-length", "5")])));
+        assert!(!close_delimited(
+            v11,
+            &headers(&[("transfer-encoding", "gzip, Chunked")])
+        ));
+        assert!(!close_delimited(Version::HTTP_2, &headers(&[])));
     }
 
     #[test]

@@ -470,9 +470,16 @@ impl Inner {
     ) -> Result<Upstream<FetchError>, (Response<Incoming>, policy::NotStored)> {
         let received = self.config.clock.now();
         let declared = content_length(response.headers());
+        let has_body = method != Method::HEAD && !matches!(response.status().as_u16(), 204 | 304);
         let verdict = policy::storable(response.status(), response.headers(), received).and_then(
             |freshness| match declared {
                 Some(len) if len > self.config.max_object_size => Err(policy::NotStored::TooLarge),
+                // Its end and the origin's death look alike: passed, never stored.
+                None if has_body
+                    && policy::close_delimited(response.version(), response.headers()) =>
+                {
+                    Err(policy::NotStored::CloseDelimited)
+                }
                 _ => Ok(freshness),
             },
         );
@@ -490,7 +497,6 @@ impl Inner {
             freshness,
         };
         let mut meta = ObjectMeta::new(stored.encode());
-        let has_body = method != Method::HEAD && !matches!(head.status.as_u16(), 204 | 304);
         let body = if has_body {
             if let Some(len) = declared {
                 meta = meta.with_len(len);

@@ -128,6 +128,47 @@ async fn seed001_chunked_origin_closes_cleanly() {
     hyper_clients_see_the_error(Framing::Chunked, Death::Close).await;
 }
 
+/// An origin whose body has no framing (HTTP/1.1 with neither `Content-Length` nor chunked
+/// encoding: it ends when the origin closes the connection) cannot tell its death from its
+/// end: a FIN after 40,000 of 100,000 bytes reads as a clean, complete body. Such a body must
+/// not be stored (served to later clients as a complete `HIT`); it is passed through, and the
+/// next request goes to the origin again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_delimited_body_is_passed_not_stored() {
+    let origin = Origin::start(|index, _head| {
+        let body = body_of(FULL);
+        let head = "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nConnection: close\r\n\r\n";
+        let sent = if index == 0 {
+            body.slice(..PREFIX)
+        } else {
+            body
+        };
+        vec![
+            Step::Send(bytes::Bytes::from_static(head.as_bytes())),
+            Step::Send(sent),
+            Step::Close,
+        ]
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let first = get_simple(proxy, "/unframed").await;
+    assert_eq!(first.status(), 200);
+    assert_ne!(
+        first.headers().get("x-cache").map(|v| v.as_bytes()),
+        Some(&b"HIT"[..])
+    );
+    // What the origin sent, ended as the origin ended it (the proxy cannot know better).
+    assert_eq!(read_body(first).await.unwrap().len(), PREFIX);
+    let second = get_simple(proxy, "/unframed").await;
+    assert_ne!(
+        second.headers().get("x-cache").map(|v| v.as_bytes()),
+        Some(&b"HIT"[..]),
+        "a body that ended with the origin's connection was stored"
+    );
+    assert_eq!(read_body(second).await.unwrap(), body_of(FULL));
+    assert_eq!(origin.requests(), 2);
+}
+
 struct Curl {
     child: tokio::process::Child,
     out: std::path::PathBuf,
