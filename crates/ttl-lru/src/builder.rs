@@ -255,7 +255,8 @@ where
     }
 
     /// For this long after an entry's TTL, read-through callers get the stale value at once while
-    /// one background refresh runs; a failed refresh keeps the stale value (stale-if-error).
+    /// one background refresh runs; a failed refresh keeps the stale value (stale-if-error). A
+    /// refresh with no timeout of its own is abandoned if still running when the window ends.
     /// `lookup` also returns such entries, marked stale; `get` does not. Default 0.
     pub fn stale_while_revalidate(mut self, window: Duration) -> Self {
         self.stale_while_revalidate = window;

@@ -132,7 +132,7 @@ where
                     continue;
                 }
                 // See the docs: filled in the batch, so the claim is released at once.
-                Front::StaleRefresh(_) => {
+                Front::StaleRefresh(..) => {
                     self.shard(hash).release_refresh(hash, &key, self.now());
                     None
                 }

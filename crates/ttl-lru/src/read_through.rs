@@ -96,8 +96,8 @@ struct Lead<'g, K: Hash + Eq, V, T, F> {
 /// What the store said before any coalescing.
 pub(crate) enum Front<V, E> {
     Answer(Result<Fetched<V>, FetchError<E>>),
-    /// Stale value returned; this caller claimed the refresh.
-    StaleRefresh(V),
+    /// Stale value returned; this caller claimed the refresh. Then when the stale window ends.
+    StaleRefresh(V, u64),
     /// No answer in the store: coalesce. `None` if the leader must re-read the store whatever
     /// (a cached error of another type was there), else the shard's store count the lookup
     /// saw.
@@ -120,7 +120,10 @@ where
     /// fill of the key is already open then, the refresh task follows that fill: it refreshes if
     /// that fill's lead is handed to it (its caller went away), and otherwise, once that fill
     /// ends, releases the claim, so a fill that stored nothing (fenced by a write of the key, or
-    /// too heavy) leaves the next stale read free to refresh.
+    /// too heavy) leaves the next stale read free to refresh. A refresh still running when the
+    /// entry's stale window ends is abandoned (counted in [`Stats::fill_timeouts`](crate::Stats::fill_timeouts)): past the
+    /// window the key is a plain miss, whose callers lead fills of their own instead of waiting
+    /// on a task nobody can cancel.
     ///
     /// # Cancellation
     /// - Dropped while waiting for another caller's fill: it just leaves the queue; the fill goes on.
@@ -257,8 +260,8 @@ where
         let hash = self.hash(&key);
         let seen = match self.front::<E>(hash, &key) {
             Front::Answer(a) => return Err(a),
-            Front::StaleRefresh(value) => {
-                self.start_refresh(key, hash, ttl_fn, make_fut, refresh_timeout);
+            Front::StaleRefresh(value, until) => {
+                self.start_refresh(key, hash, ttl_fn, make_fut, refresh_timeout, until);
                 return Err(Ok(Fetched {
                     value,
                     source: Source::Stale,
@@ -305,10 +308,12 @@ where
             Probe::Stale {
                 value,
                 refresh: true,
-            } => Front::StaleRefresh(value),
+                until,
+            } => Front::StaleRefresh(value, until),
             Probe::Stale {
                 value,
                 refresh: false,
+                ..
             } => Front::Answer(Ok(Fetched {
                 value,
                 source: Source::Stale,
@@ -494,6 +499,14 @@ where
     }
 
     /// Starts the one background refresh of a stale entry whose refresh this caller claimed.
+    ///
+    /// A refresh without a `timeout` of its own is abandoned if it is still running (or still
+    /// following another fill of the key) when the entry's stale window ends (`until`): its
+    /// lead passes to the oldest caller waiting on the key, which fills with its own future, or
+    /// is released. A refresh is a task nobody awaits: without that bound, one whose origin
+    /// never answered held the key's flight for good, and once the window ended every caller
+    /// of the key joined it and waited forever (a miss's own leader is a caller, whose
+    /// timeouts end it; this task had none).
     fn start_refresh<E, T, F, Fut>(
         &self,
         key: K,
@@ -501,6 +514,7 @@ where
         ttl_fn: T,
         fill: F,
         timeout: Option<Duration>,
+        until: u64,
     ) where
         E: Send + Sync + 'static,
         T: FnOnce(&V) -> Duration + Send + 'static,
@@ -533,9 +547,10 @@ where
                 let leader = leader.into_owned();
                 rt.spawn(async move {
                     let _gate = gate;
-                    let _ = cache
-                        .run_fill::<E, T, Fut, _>(leader, hash, fence, ttl_fn, fut, timeout)
-                        .await;
+                    let run = cache
+                        .clone()
+                        .run_fill::<E, T, Fut, _>(leader, hash, fence, ttl_fn, fut, timeout);
+                    cache.within_window(until, timeout, run).await;
                 });
             }
             // Another fill of this key is open. Its publish usually replaces the entry (or, if
@@ -549,7 +564,8 @@ where
             None => {
                 let fut = fill();
                 let cache = self.clone();
-                rt.spawn(async move {
+                let bound = cache.clone();
+                rt.spawn(bound.within_window(until, timeout, async move {
                     let gate = gate;
                     // Cancel-safe: dropped while following, it leaves the queue and `gate`
                     // reopens the claim.
@@ -575,10 +591,30 @@ where
                         .clone()
                         .run_fill::<E, T, Fut, _>(leader, hash, fence, ttl_fn, fut, timeout)
                         .await;
-                });
+                }));
             }
             // A flight ended just now: reopen the gate (dropping `gate`).
             Some(Joined::Done(_)) => {}
+        }
+    }
+
+    /// Runs a refresh task's work `run`; without a `timeout` of its own, only until the stale
+    /// window ends at `until` (coarse-clock ms): then `run` is dropped, which hands its lead to
+    /// the oldest waiting caller (or releases the key) and reopens the refresh gate. Counted as
+    /// a fill timeout.
+    async fn within_window(self, until: u64, timeout: Option<Duration>, run: impl Future) {
+        if timeout.is_some() {
+            run.await;
+            return;
+        }
+        let left = Duration::from_millis(until.saturating_sub(self.now()));
+        if tokio::time::timeout(left, run).await.is_err() {
+            self.inner.fills.fill_timeouts.incr();
+            tracing::warn!(
+                target: "ttl_lru",
+                cache = self.inner.name.as_deref(),
+                "a refresh was still running when its entry's stale window ended: abandoned"
+            );
         }
     }
 }

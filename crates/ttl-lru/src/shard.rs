@@ -99,6 +99,9 @@ pub(crate) enum Probe<V> {
     Stale {
         value: V,
         refresh: bool,
+        /// When the stale window ends (coarse-clock ms): a refresh still running then is
+        /// abandoned.
+        until: u64,
     },
     Negative(ErasedError),
     /// No usable entry; the shard's store count as the lookup saw it (see
@@ -533,6 +536,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                     let probe = Probe::Stale {
                         value: s.value.clone(),
                         refresh: t.gate(i).is_some_and(|g| claim_gate(g, now)),
+                        until: s.usable_until(swr_ms),
                     };
                     drop(t);
                     if full {

@@ -81,7 +81,9 @@ pub struct Stats {
     pub fills: u64,
     /// Fills that returned an error.
     pub fill_errors: u64,
-    /// Detached fills that ran past their `fill_timeout`.
+    /// Detached fills that ran past their `fill_timeout`, and background refreshes (with no
+    /// timeout of their own) still running when their entry's stale window ended, which are
+    /// then abandoned (a waiting caller takes the key's lead).
     pub fill_timeouts: u64,
     /// Read-through calls that waited for another caller's fill.
     pub waits: u64,

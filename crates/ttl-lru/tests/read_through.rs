@@ -331,6 +331,65 @@ async fn stale_while_revalidate_serves_stale_and_refreshes_once() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
+/// A refresh whose origin never answers holds the key's flight only until the entry's stale
+/// window ends: then it is abandoned (its lead would pass to a caller waiting on it; no caller
+/// can be, since until then they are served stale), and callers of the key lead fills of
+/// their own. Before, the refresh task kept the flight for good, and every caller after the
+/// window joined it and waited forever.
+#[tokio::test(start_paused = true)]
+async fn a_refresh_that_never_answers_is_abandoned_when_its_window_ends() {
+    for waiter_first in [false, true] {
+        let c: Cache<u64, u64> = Cache::builder(10)
+            .clock(TokioClock::new())
+            .stale_while_revalidate(Duration::from_secs(10))
+            .build();
+        let runs = Arc::new(AtomicUsize::new(0));
+        c.get_or_try_insert(1, secs(1), counted(&runs, 1, Duration::ZERO))
+            .await
+            .unwrap();
+        advance(Duration::from_secs(2)).await;
+        let never = || std::future::pending::<Result<u64, Boom>>();
+        let got = c.get_or_try_insert(1, secs(60), never).await.unwrap();
+        assert_eq!((got.value, got.source), (1, Source::Stale));
+        tokio::task::yield_now().await; // the refresh starts, and hangs
+        assert_eq!(c.stats().refreshes, 1);
+        // The window ends 11 s after the fill; a caller may already be waiting on the refresh.
+        let waiter = waiter_first.then(|| {
+            let (c, f) = (c.clone(), counted(&runs, 2, SEC));
+            tokio::spawn(async move {
+                sleep(Duration::from_millis(8_990)).await; // at 10.99 s: still stale
+                let stale = c.get_or_try_insert(1, secs(60), f).await.unwrap();
+                assert_eq!(stale.source, Source::Stale);
+                sleep(Duration::from_millis(20)).await; // at 11.01 s: a miss, which leads
+                let f = counted(&Arc::new(AtomicUsize::new(0)), 3, SEC);
+                c.get_or_try_insert(1, secs(60), f).await
+            })
+        });
+        let later = tokio::time::timeout(Duration::from_secs(60), async {
+            sleep(Duration::from_secs(20)).await;
+            c.get_or_try_insert(1, secs(60), counted(&runs, 4, SEC))
+                .await
+        })
+        .await
+        .expect("a caller after the window waited on the hung refresh");
+        let later = later.unwrap();
+        match waiter {
+            Some(w) => {
+                let got = w.await.unwrap().unwrap();
+                assert_eq!((got.value, got.source), (3, Source::Filled));
+                assert_eq!((later.value, later.source), (3, Source::Hit));
+            }
+            None => assert_eq!((later.value, later.source), (4, Source::Filled)),
+        }
+        assert_eq!(
+            c.stats().fill_timeouts,
+            1,
+            "the abandoned refresh is counted"
+        );
+        assert_eq!(c.fills_in_flight(), 0);
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn failed_refresh_keeps_the_stale_value_until_the_window_ends() {
     let c: Cache<u64, u64> = Cache::builder(10)
