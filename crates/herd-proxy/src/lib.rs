@@ -35,7 +35,7 @@
 //!   and always when no token is configured).
 //! - Origin unreachable, refusing, or broken before its head: 502 at once. No head within the
 //!   response timeout: 504. A body that stalls beyond the idle timeout aborts (clients see an
-//!   error).
+//!   error), stored or passed through.
 //! - `/metrics` (path configurable) in Prometheus text format: hits, misses, coalesced waits,
 //!   origin fetches, fills started/completed/failed, fill aborts by cause (each fill once, from
 //!   the cache's stats) and client bodies aborted by cause, bytes, fills in flight, a TTFB
@@ -85,7 +85,8 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// Waiting for the origin's response head (504 when it passes).
     pub response_timeout: Duration,
-    /// Longest gap between two origin body chunks before the body is aborted.
+    /// Longest gap between two origin body chunks before the body is aborted (stored bodies
+    /// and passed-through ones alike).
     pub body_idle_timeout: Duration,
     /// How long a client may take to send its request head.
     pub client_header_timeout: Duration,

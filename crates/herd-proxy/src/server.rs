@@ -628,6 +628,7 @@ impl Inner {
     /// size limit) so a truncation is a 502, not a short body.
     async fn relay(&self, parts: &Parts, response: Response<Incoming>) -> Response<RespBody> {
         let (mut head, body) = response.into_parts();
+        let body = self.origin.relayed(body);
         strip_hop_by_hop(&mut head.headers);
         let length_known = head.headers.contains_key(header::CONTENT_LENGTH);
         if parts.version <= Version::HTTP_10 && !length_known && parts.method != Method::HEAD {

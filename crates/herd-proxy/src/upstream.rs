@@ -133,6 +133,63 @@ impl Origin {
     }
 }
 
+impl Origin {
+    /// A relayed (not stored) origin body under the same idle timeout as a stored one: an
+    /// origin that stalls mid-body with its connection open ends the client's body with
+    /// [`FetchError::BodyIdle`] instead of holding the client, the proxy's task and the
+    /// origin's socket forever.
+    pub(crate) fn relayed(&self, body: Incoming) -> IdleBody {
+        IdleBody {
+            inner: body,
+            idle: self.body_idle_timeout,
+            timer: Box::pin(tokio::time::sleep(self.body_idle_timeout)),
+        }
+    }
+}
+
+/// An origin body that fails once no frame arrived for `idle` ([`Origin::relayed`]).
+pub(crate) struct IdleBody {
+    inner: Incoming,
+    idle: Duration,
+    /// Re-armed by every frame.
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl http_body::Body for IdleBody {
+    type Data = Bytes;
+    type Error = FetchError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, FetchError>>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let deadline = tokio::time::Instant::now() + this.idle;
+                this.timer.as_mut().reset(deadline);
+                Poll::Ready(frame.map(|f| f.map_err(FetchError::Body)))
+            }
+            Poll::Pending => match this.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    tracing::warn!(idle = ?this.idle, "origin body stalled; the relayed body is cut");
+                    Poll::Ready(Some(Err(FetchError::BodyIdle(this.idle))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// How many already-arrived origin chunks are merged into one stored chunk at most.
 const READY_CHUNKS: usize = 64;
 

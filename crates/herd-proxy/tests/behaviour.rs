@@ -406,6 +406,56 @@ async fn origin_down_is_502_and_slow_origin_is_504() {
     }
 }
 
+/// A response that is passed, not stored (here `no-store`), is relayed under the same body
+/// idle timeout as a fill: an origin that sends its head and a few bytes and then stalls with
+/// the connection open ends the client's body with an error once the timeout passes, instead
+/// of holding the client, the proxy's task and the origin's socket forever. Streamed to HTTP/1.1
+/// and HTTP/1.0 clients (a short `Content-Length`), and collected first for an HTTP/1.0
+/// client of a chunked body (which then gets a 502).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passed_body_that_stalls_ends_at_the_idle_timeout() {
+    let origin = Origin::start(|_, head| {
+        let framing = if head.starts_with("GET /chunked") {
+            "Transfer-Encoding: chunked"
+        } else {
+            "Content-Length: 1000"
+        };
+        let head = format!("HTTP/1.1 200 OK\r\n{framing}\r\nCache-Control: no-store\r\n\r\n");
+        let first = if framing.starts_with("Transfer") {
+            chunk(&body_of(10))
+        } else {
+            body_of(10)
+        };
+        vec![Step::Send(Bytes::from(head)), Step::Send(first), Step::Hang]
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |c| {
+        c.body_idle_timeout = Duration::from_millis(200)
+    })
+    .await;
+    for (path, request) in [
+        ("/len", get("/len").body(Empty::new()).unwrap()),
+        ("/chunked", get("/chunked").body(Empty::new()).unwrap()),
+        ("/len", get_10("/len")),
+    ] {
+        let response = tokio::time::timeout(GUARD, send(proxy, request))
+            .await
+            .expect("the head hung");
+        assert_eq!(response.status(), 200, "{path}");
+        let ended = tokio::time::timeout(GUARD, response.into_body().collect())
+            .await
+            .unwrap_or_else(|_| panic!("{path}: the relayed body hung past the idle timeout"));
+        assert!(
+            ended.is_err(),
+            "{path}: a stalled body must end in an error"
+        );
+    }
+    let old = tokio::time::timeout(GUARD, send(proxy, get_10("/chunked")))
+        .await
+        .expect("the HTTP/1.0 relay hung past the idle timeout");
+    assert_eq!(old.status(), 502);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_from_the_origin_is_502_and_poisons_nothing() {
     let origin = Origin::start(|index, _| {
