@@ -18,7 +18,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use stream_cache::{
     BodyError, BodyReader, BodyStream, ByteRange, CacheKey, FillError, HttpBody, ObjectMeta,
-    Obtained, StreamCache, Upstream, WriteState,
+    Obtained, StorageError, StreamCache, Upstream, WriteState,
 };
 use tokio::net::TcpListener;
 use tokio::time::Instant;
@@ -575,6 +575,14 @@ impl Inner {
                 }
             },
             Err(FillError::WaitTimedOut) => full(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n"),
+            // Declared larger than the storage can ever hold (under the proxy's own object
+            // limit, which passes larger ones before they reach the cache): pass, as for those.
+            // The leader's origin response went to the refused write, so this is a second
+            // fetch; every coalesced caller fetches its own.
+            Err(FillError::TooLarge { .. } | FillError::Storage(StorageError::TooLarge { .. })) => {
+                self.metrics.passes.inc();
+                self.pass(parts, empty_up_body()).await
+            }
             Err(error) => {
                 tracing::warn!(%error, "fill failed");
                 full(StatusCode::BAD_GATEWAY, "fill failed\n")

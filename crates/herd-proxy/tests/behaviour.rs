@@ -456,6 +456,25 @@ async fn a_passed_body_that_stalls_ends_at_the_idle_timeout() {
     assert_eq!(old.status(), 502);
 }
 
+/// A body the storage refuses (larger than it can ever hold, though under the proxy's own
+/// object limit: `--capacity 16M` with the default `--max-object 64M`) is passed to the client,
+/// as a body over the object limit is, not answered with a 502 on every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_the_storage_refuses_is_passed_not_502() {
+    let origin =
+        Origin::start(|_, _| vec![Step::Send(head_len(5000, "")), Step::Send(body_of(5000))]).await;
+    let storage = std::sync::Arc::new(stream_cache::MemStorage::new(1000));
+    let (proxy, _handle) = proxy_over(origin.addr, storage, |_| {}).await;
+    let clients: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(async move { get_simple(proxy, "/huge").await }))
+        .collect();
+    for client in clients {
+        let response = client.await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(read_body(response).await.unwrap(), body_of(5000));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_from_the_origin_is_502_and_poisons_nothing() {
     let origin = Origin::start(|index, _| {
