@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
-use crate::lease::{Acquire, FillLease, LeaseError, LeaseToken, MIN_LEASE_TTL};
+use crate::lease::{Acquire, FillLease, LeaseError, LeaseToken, MAX_LEASE_TTL, MIN_LEASE_TTL};
 use crate::{FlightError, Group, Joined, Leader};
 
 /// How a lease key is made from a group key.
@@ -110,6 +110,10 @@ pub enum SettingsError {
     /// The lease time-to-live is under [`MIN_LEASE_TTL`].
     #[error("lease ttl {0:?} is under the 1 ms minimum")]
     TtlTooShort(Duration),
+    /// The lease time-to-live is over [`MAX_LEASE_TTL`](crate::lease::MAX_LEASE_TTL) (24 h):
+    /// no lease service could grant it, so every fill would run without one.
+    #[error("lease ttl {0:?} is over the 24 h maximum")]
+    TtlTooLong(Duration),
     /// A zero poll interval would re-check the shared cache in a busy loop.
     #[error("the poll interval must be greater than zero")]
     ZeroPollInterval,
@@ -149,7 +153,8 @@ impl fmt::Debug for DistributedBuilder {
 
 impl DistributedBuilder {
     /// The lease's time-to-live, and how long a process waits for another's lease before it
-    /// fills anyway. Default 5 s. Make it longer than a typical fill.
+    /// fills anyway. Default 5 s. Make it longer than a typical fill; 1 ms to 24 h
+    /// ([`build`](Self::build) refuses others).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.settings.ttl = ttl;
         self
@@ -193,6 +198,9 @@ impl DistributedBuilder {
         } = self.settings;
         if ttl < MIN_LEASE_TTL {
             return Err(SettingsError::TtlTooShort(ttl));
+        }
+        if ttl > MAX_LEASE_TTL {
+            return Err(SettingsError::TtlTooLong(ttl));
         }
         if poll_interval.is_zero() {
             return Err(SettingsError::ZeroPollInterval);

@@ -25,6 +25,12 @@ pub use memory::MemoryLease;
 /// The shortest time-to-live a lease accepts: Redis counts `PX` in whole milliseconds.
 pub const MIN_LEASE_TTL: Duration = Duration::from_millis(1);
 
+/// The longest time-to-live a lease accepts: 24 hours. A fill lease is held for one fill;
+/// a longer one only delays the next owner after a holder died, and a `Duration::MAX`
+/// ("never") overflows every service's clock (`Instant` arithmetic, Redis's signed
+/// milliseconds), which made every acquire fail and every fill run without a lease.
+pub const MAX_LEASE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// A lease service: at most one owner per key at a time, each lease expiring on its own.
 ///
 /// Implementations must guarantee, for one key:
@@ -120,8 +126,8 @@ pub enum LeaseError {
     /// The service did not answer within this limit.
     #[error("the lease service did not answer within {0:?}")]
     TimedOut(Duration),
-    /// A time-to-live under [`MIN_LEASE_TTL`] (or too large for the service to represent).
-    #[error("invalid lease time-to-live {0:?}: it must be at least 1 ms")]
+    /// A time-to-live under [`MIN_LEASE_TTL`] or over [`MAX_LEASE_TTL`].
+    #[error("invalid lease time-to-live {0:?}: it must be from 1 ms to 24 h")]
     InvalidTtl(Duration),
     /// This implementation does not support [`FillLease::renew`].
     #[error("this lease service does not support renew")]
@@ -135,9 +141,10 @@ impl LeaseError {
     }
 }
 
-/// Checks a time-to-live against [`MIN_LEASE_TTL`]: for implementations.
+/// Checks a time-to-live against [`MIN_LEASE_TTL`] and [`MAX_LEASE_TTL`]: for
+/// implementations.
 pub fn check_ttl(ttl: Duration) -> Result<(), LeaseError> {
-    if ttl < MIN_LEASE_TTL {
+    if !(MIN_LEASE_TTL..=MAX_LEASE_TTL).contains(&ttl) {
         return Err(LeaseError::InvalidTtl(ttl));
     }
     Ok(())

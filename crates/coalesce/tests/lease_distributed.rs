@@ -631,3 +631,29 @@ fn run_and_refresh_futures_are_send() {
     let refresh = proc.refresh(1, || async { Ok(1) });
     assert_send(&refresh);
 }
+
+/// A lease ttl no service can grant is refused when the group is built: with `Duration::MAX`
+/// ("never expire") every `try_acquire` failed, every fill failed open, and fleet-wide single
+/// flight was silently off.
+#[test]
+fn a_lease_ttl_no_service_can_grant_is_refused_at_build() {
+    use coalesce::SettingsError;
+    use coalesce::lease::MAX_LEASE_TTL;
+    let build = |ttl| {
+        DistributedGroup::builder(Arc::new(MemoryLease::new()))
+            .ttl(ttl)
+            .build::<u32, u64, String>(Group::new())
+            .map(drop)
+    };
+    assert_eq!(build(MAX_LEASE_TTL), Ok(()));
+    for ttl in [MAX_LEASE_TTL + Duration::from_millis(1), Duration::MAX] {
+        assert!(
+            matches!(build(ttl), Err(SettingsError::TtlTooLong(t)) if t == ttl),
+            "ttl {ttl:?}"
+        );
+    }
+    assert!(matches!(
+        build(Duration::ZERO),
+        Err(SettingsError::TtlTooShort(_))
+    ));
+}

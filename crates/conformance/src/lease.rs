@@ -446,10 +446,17 @@ pub async fn renew_after_expiry_is_refused(ctx: Ctx) -> CaseResult {
     ctx.acquire(&key, long).await.map(drop)
 }
 
-/// A ttl under 1 ms is a typed error, not a lease that expires at once (or never).
+/// A ttl under 1 ms or over 24 h ([`coalesce::lease::MAX_LEASE_TTL`]) is a typed error, not a
+/// lease that expires at once (or never, or a clock overflow).
 pub async fn invalid_ttl_is_a_typed_error(ctx: Ctx) -> CaseResult {
     let key = ctx.key("k");
-    for ttl in [Duration::ZERO, Duration::from_micros(999)] {
+    let over = coalesce::lease::MAX_LEASE_TTL + Duration::from_millis(1);
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_micros(999),
+        over,
+        Duration::MAX,
+    ] {
         let answer = ctx
             .step(
                 "try_acquire with a bad ttl",
