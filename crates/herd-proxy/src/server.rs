@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
@@ -347,14 +347,8 @@ impl Inner {
                         .may_serve_while_revalidating(head.received, now)
                     {
                         // stale-while-revalidate: this client gets the stale object now; one
-                        // background refresh (coalesced per key) replaces it.
-                        let (this, parts2, key2) =
-                            (Arc::clone(self), clone_parts(&parts), key.clone());
-                        tokio::spawn(async move {
-                            if let Err(error) = this.refresh(&parts2, &key2, coding).await {
-                                tracing::warn!(%error, key = ?key2, "background refresh failed");
-                            }
-                        });
+                        // background refresh (per key) replaces it.
+                        self.start_refresh(&parts, &key, coding);
                         self.metrics.stale_served.inc();
                         return self
                             .respond(&parts, head, hit.meta, hit.body, Found::Stale)
@@ -410,55 +404,88 @@ impl Inner {
         coding: Coding,
     ) -> Result<(), coalesce::FlightError<FetchError>> {
         self.refresh
-            .run(key.clone(), || async {
-                if let Ok(Some(hit)) = self.cache.lookup(key.clone()).await
-                    && let Ok(head) = StoredHead::decode(&hit.meta.user)
-                    && head
-                        .freshness
-                        .is_fresh(head.received, self.config.clock.now())
-                {
-                    return Ok(()); // refreshed by an earlier flight
-                }
-                let request = self.fill_request(parts, coding);
-                let replaced = self
-                    .cache
-                    .replace(key.clone(), || async {
-                        let response = self.origin.fetch(request).await?;
-                        match self.to_upstream(&parts.method, response) {
-                            Ok(upstream) => Ok(upstream),
-                            Err((_response, why)) => {
-                                tracing::debug!(?why, ?key, "refreshed response not stored");
-                                Err(FetchError::Uncacheable)
-                            }
-                        }
-                    })
-                    .await;
-                match replaced {
-                    // The new body streams on the cache's own task; nobody here reads it.
-                    Ok(_) => {
-                        self.metrics.stale_refreshes.inc();
-                        Ok(())
-                    }
-                    Err(FillError::Upstream(error)) => match error.downcast_ref::<FetchError>() {
-                        Some(FetchError::Uncacheable) => {
-                            // The origin's new answer may not be shared: neither may the old one.
-                            let _ = self.cache.purge(key.clone()).await;
-                            Ok(())
-                        }
-                        Some(FetchError::Timeout(timeout)) => Err(FetchError::Timeout(*timeout)),
-                        _ => Err(FetchError::Refresh(error.to_string())),
-                    },
-                    Err(FillError::WaitTimedOut) => Err(FetchError::Refresh(
-                        "waited too long for another refresh".to_owned(),
-                    )),
-                    Err(error) => {
-                        tracing::warn!(%error, ?key, "storing a refreshed response failed");
-                        let _ = self.cache.purge(key.clone()).await;
-                        Ok(())
+            .run(key.clone(), || self.refresh_once(parts, key, coding))
+            .await
+    }
+
+    /// Starts a background refresh of `key`'s stale object (stale-while-revalidate) unless
+    /// one is already running, on a task that leads the key's refresh flight. While one runs,
+    /// a stale hit starts nothing: each used to spawn a task that joined the running refresh
+    /// and waited, so against a slow origin parked tasks piled up at the stale-hit rate.
+    fn start_refresh(self: &Arc<Self>, parts: &Parts, key: &CacheKey, coding: Coding) {
+        // Answered at once: the lead if no refresh of the key runs; otherwise the pending join
+        // is dropped here, which leaves the running flight's queue as it was.
+        let Some(coalesce::Joined::Leader(leader)) = self.refresh.join(key.clone()).now_or_never()
+        else {
+            return;
+        };
+        let leader = leader.into_owned();
+        let (this, parts, key) = (Arc::clone(self), clone_parts(parts), key.clone());
+        // Dropped (runtime shutdown) before it finishes, the leader guard hands the lead on.
+        tokio::spawn(async move {
+            let result = this.refresh_once(&parts, &key, coding).await;
+            if let Err(error) = &result {
+                tracing::warn!(%error, ?key, "background refresh failed");
+            }
+            let _ = leader.finish(result);
+        });
+    }
+
+    /// One refresh of `key` (the body of a refresh flight): see [`refresh`](Self::refresh).
+    /// Dropped before the new head arrives, nothing changed; after, the body is pumped by the
+    /// cache's own task.
+    async fn refresh_once(
+        &self,
+        parts: &Parts,
+        key: &CacheKey,
+        coding: Coding,
+    ) -> Result<(), FetchError> {
+        if let Ok(Some(hit)) = self.cache.lookup(key.clone()).await
+            && let Ok(head) = StoredHead::decode(&hit.meta.user)
+            && head
+                .freshness
+                .is_fresh(head.received, self.config.clock.now())
+        {
+            return Ok(()); // refreshed by an earlier flight
+        }
+        let request = self.fill_request(parts, coding);
+        let replaced = self
+            .cache
+            .replace(key.clone(), || async {
+                let response = self.origin.fetch(request).await?;
+                match self.to_upstream(&parts.method, response) {
+                    Ok(upstream) => Ok(upstream),
+                    Err((_response, why)) => {
+                        tracing::debug!(?why, ?key, "refreshed response not stored");
+                        Err(FetchError::Uncacheable)
                     }
                 }
             })
-            .await
+            .await;
+        match replaced {
+            // The new body streams on the cache's own task; nobody here reads it.
+            Ok(_) => {
+                self.metrics.stale_refreshes.inc();
+                Ok(())
+            }
+            Err(FillError::Upstream(error)) => match error.downcast_ref::<FetchError>() {
+                Some(FetchError::Uncacheable) => {
+                    // The origin's new answer may not be shared: neither may the old one.
+                    let _ = self.cache.purge(key.clone()).await;
+                    Ok(())
+                }
+                Some(FetchError::Timeout(timeout)) => Err(FetchError::Timeout(*timeout)),
+                _ => Err(FetchError::Refresh(error.to_string())),
+            },
+            Err(FillError::WaitTimedOut) => Err(FetchError::Refresh(
+                "waited too long for another refresh".to_owned(),
+            )),
+            Err(error) => {
+                tracing::warn!(%error, ?key, "storing a refreshed response failed");
+                let _ = self.cache.purge(key.clone()).await;
+                Ok(())
+            }
+        }
     }
 
     /// An origin response as what to store, or back with the reason it may not be stored.

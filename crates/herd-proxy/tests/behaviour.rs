@@ -731,6 +731,55 @@ async fn stale_while_revalidate_serves_stale_at_once_and_refreshes_once() {
     assert_eq!(origin.requests(), 2, "five stale hits, one refresh");
 }
 
+/// While one refresh of a stale object runs, further stale hits start nothing: before, each
+/// spawned a task that joined the running refresh and waited for it, so against a slow
+/// origin parked tasks (each holding a copy of its request head) piled up at the stale-hit
+/// rate for as long as the origin took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_hits_during_a_refresh_start_no_tasks() {
+    let gate = Gate::new();
+    let origin = Origin::start(versioned_origin(
+        "max-age=10, stale-while-revalidate=60",
+        gate.clone(),
+        false,
+    ))
+    .await;
+    let clock = herd_proxy::Clock::manual(std::time::SystemTime::now());
+    let (proxy, _handle) = proxy(origin.addr, |c| c.clock = clock.clone()).await;
+    assert_eq!(
+        read_body(get_simple(proxy, "/s").await).await.unwrap(),
+        "v1"
+    );
+    clock.advance(Duration::from_secs(11));
+    let stale = get_simple(proxy, "/s").await;
+    assert_eq!(read_body(stale).await.unwrap(), "v1");
+    until("the background refresh reached the origin", || {
+        origin.requests() == 2
+    })
+    .await;
+    let tasks = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let before = tasks();
+    for _ in 0..200 {
+        let stale = get_simple(proxy, "/s").await;
+        assert_eq!(stale.headers()["x-cache"], "STALE");
+        assert_eq!(read_body(stale).await.unwrap(), "v1");
+    }
+    // Let finished connections' tasks end; parked refresh waiters would not.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let after = tasks();
+    assert!(
+        after < before + 50,
+        "{} tasks alive after 200 stale hits, {before} before",
+        after
+    );
+    gate.open();
+    assert_eq!(origin.requests(), 2, "one refresh");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_if_error_serves_stale_when_the_origin_fails() {
     for (cache_control, expect_stale) in [
