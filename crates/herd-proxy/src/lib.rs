@@ -24,7 +24,8 @@
 //!   HTTP/1.0 client cannot see a missing chunk, so a body of unknown length is sent to it only
 //!   once complete, with a `Content-Length` (or a 502 if it failed before).
 //! - `Range` (one range) is served as 206 from stored and still-arriving bodies whose length is
-//!   known (`Content-Length` from the origin, or complete); 416 past the end; an unparsable or
+//!   known (`Content-Length` from the origin, or complete), ending at the range's last byte
+//!   (a range's bytes are final once they arrived); 416 past the end; an unparsable or
 //!   multi-range header, a range on a body of still-unknown length, or an `If-Range` that does
 //!   not match the stored `ETag` (strong) / `Last-Modified` gets the whole body (RFC 9110 lets a
 //!   server ignore `Range`; a resumed download never splices two versions).

@@ -790,8 +790,11 @@ impl Inner {
                     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(end - start));
                     *response.headers_mut() = headers;
                     *response.status_mut() = StatusCode::PARTIAL_CONTENT;
-                    *response.body_mut() =
-                        self.client_body(HttpBody::new(reader).with_exact_len(end - start));
+                    // Ends at its last byte: a range does not wait for the rest of the body.
+                    let body = HttpBody::new(reader)
+                        .with_exact_len(end - start)
+                        .ending_at_len();
+                    *response.body_mut() = self.client_body(body);
                     return response;
                 }
             }

@@ -169,6 +169,47 @@ async fn a_close_delimited_body_is_passed_not_stored() {
     assert_eq!(origin.requests(), 2);
 }
 
+/// Over HTTP/2 a range of a body still arriving ends at its last byte: before, hyper's h2
+/// sender kept polling the body until the whole download finished, so a 10-byte range waited
+/// for the rest of the body and, when the origin then died, was reset after every byte it
+/// asked for had arrived. (HTTP/1.1 stops at the `Content-Length` by itself.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_range_of_a_body_still_arriving_ends_at_its_last_byte() {
+    let gate = Gate::new();
+    let origin = Origin::start(dying_origin(Framing::Length, Death::Reset, gate.clone())).await;
+    let (proxy_addr, _proxy) = proxy(origin.addr, |_| {}).await;
+    // A first client starts the fill and reads what has arrived.
+    let first = get_simple(proxy_addr, "/obj").await;
+    let mut first_body = first.into_body();
+    read_prefix(&mut first_body, PREFIX).await;
+    let stream = tokio::net::TcpStream::connect(proxy_addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let request = http::Request::get("http://test.local/obj")
+        .version(http::Version::HTTP_2)
+        .header("range", "bytes=0-9")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 206);
+    let range = tokio::time::timeout(GUARD, response.into_body().collect())
+        .await
+        .expect("the range waited for the rest of the download")
+        .expect("a range whose bytes all arrived ends cleanly");
+    assert_eq!(range.to_bytes(), body_of(FULL).slice(..10));
+    // The origin dies: the full-body client sees it, as before.
+    gate.open();
+    let rest = tokio::time::timeout(GUARD, first_body.collect())
+        .await
+        .expect("hang guard");
+    assert!(rest.is_err());
+}
+
 struct Curl {
     child: tokio::process::Child,
     out: std::path::PathBuf,

@@ -139,6 +139,8 @@ mod http {
         remaining: Option<u64>,
         /// Bytes sent so far (for the mismatch error).
         sent: u64,
+        /// End cleanly once `remaining` is 0 ([`HttpBody::ending_at_len`]).
+        end_at_len: bool,
     }
 
     impl HttpBody {
@@ -148,6 +150,7 @@ mod http {
                 stream: BodyStream::new(reader),
                 remaining: None,
                 sent: 0,
+                end_at_len: false,
             }
         }
 
@@ -156,6 +159,23 @@ mod http {
         pub fn with_exact_len(mut self, len: u64) -> Self {
             self.remaining = Some(len);
             self
+        }
+
+        /// With [`with_exact_len`](Self::with_exact_len), for a reader restricted to a range
+        /// (`seek`): end cleanly once that many bytes are sent, without waiting for the write
+        /// to finish. A range's bytes are final once written, so its client neither waits for
+        /// the rest of the download nor is failed by an abort after its last byte (over
+        /// HTTP/1.1 hyper stops at the `Content-Length` anyway; over HTTP/2 it polls until the
+        /// body says it ended, so a 2-byte range of a body still arriving was held open for the
+        /// whole download). Without it, the end is clean only once the write completes.
+        pub fn ending_at_len(mut self) -> Self {
+            self.end_at_len = true;
+            self
+        }
+
+        /// Every declared byte is sent and the body may end without waiting for the write.
+        fn ended_at_len(&self) -> bool {
+            self.end_at_len && self.remaining == Some(0)
         }
 
         fn mismatch(&self, extra: u64) -> BodyError {
@@ -176,7 +196,11 @@ mod http {
             cx: &mut Context<'_>,
         ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
             // With every declared byte sent the stream is still polled: the body must end
-            // cleanly, and an abort or a surplus byte after the last declared one is reported.
+            // cleanly, and an abort or a surplus byte after the last declared one is reported
+            // (unless the body ends at its length: a range).
+            if self.ended_at_len() {
+                return Poll::Ready(None);
+            }
             match self.stream.poll_next_unpin(cx) {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(Some(Ok(chunk))) => {
@@ -206,8 +230,9 @@ mod http {
 
         fn is_end_stream(&self) -> bool {
             // Only a stream that already ended cleanly is known to be at its end; with a known
-            // length of 0 the write may still abort, and that must reach the client.
-            self.stream.is_terminated()
+            // length of 0 the write may still abort, and that must reach the client (unless the
+            // body ends at its length: a range).
+            self.stream.is_terminated() || self.ended_at_len()
         }
 
         fn size_hint(&self) -> SizeHint {
@@ -367,6 +392,33 @@ mod tests {
             assert_eq!(frame(&mut body).await.unwrap().unwrap(), "abc");
             assert!(frame(&mut body).await.is_none());
             assert!(body.is_end_stream());
+        }
+
+        /// A range's body ends at its last byte while the write goes on, and a later abort
+        /// does not reach it; without `ending_at_len` the same body waits for the write.
+        #[tokio::test]
+        async fn a_range_ends_at_its_last_byte_while_the_write_goes_on() {
+            let storage = MemStorage::new(1 << 20);
+            let (writer, mut reader) = write_three(&storage).await;
+            reader.seek(crate::ByteRange::from(1..3)).await.unwrap();
+            let mut body = HttpBody::new(reader).with_exact_len(2).ending_at_len();
+            assert!(!body.is_end_stream());
+            assert_eq!(frame(&mut body).await.unwrap().unwrap(), "bc");
+            assert!(body.is_end_stream());
+            assert!(frame(&mut body).await.is_none());
+            writer.abort(AbortReason::Purged);
+            assert!(frame(&mut body).await.is_none());
+
+            let (writer, mut reader) = write_three(&storage).await;
+            reader.seek(crate::ByteRange::from(1..3)).await.unwrap();
+            let mut body = HttpBody::new(reader).with_exact_len(2);
+            assert_eq!(frame(&mut body).await.unwrap().unwrap(), "bc");
+            assert!(!body.is_end_stream());
+            let next = frame(&mut body);
+            tokio::pin!(next);
+            assert!(futures::poll!(next.as_mut()).is_pending());
+            writer.abort(AbortReason::Purged);
+            assert!(matches!(next.await, Some(Err(BodyError::Aborted(_)))));
         }
     }
 }
