@@ -178,9 +178,10 @@ pub(crate) struct Shard<K, V> {
     /// read without a lock by `fence`.
     writes: AtomicU64,
     /// Writes that passed their fence (plain or a fill's), so may have stored a value: bumped
-    /// under the write lock, read by a read-through miss under the read lock and again by its
-    /// leader ([`stored_since`](Self::stored_since)). Beside `writes`: a write dirties one
-    /// line for both.
+    /// under the write lock (with the key's hash recorded in the table's `stored` log, which
+    /// lets `retain` leave a key stored since its copy), read by a read-through miss under the
+    /// read lock and again by its leader ([`stored_since`](Self::stored_since)). Beside
+    /// `writes`: a write dirties one line for both.
     stores: AtomicU64,
     /// Lookups of [`peek_fresh`](Self::peek_fresh) (tests: a read-through leader re-reads
     /// the store only after a write that may have stored).
@@ -659,6 +660,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         // Counted whether or not it stores (too heavy, expired, declined): a read-through
         // leader then re-reads the store once more than it needed to, never once less.
         let stores = self.stores.load(Ordering::Relaxed);
+        t.stored.record(stores, hash);
         self.stores.store(stores + 1, Ordering::Release);
         if weight > t.capacity {
             let limit = t.capacity;

@@ -311,6 +311,9 @@ pub(crate) struct Table<K, V> {
     pool: EvictionPool,
     /// The key hashes of the shard's last plain writes, for per-key fences (`fence.rs`).
     pub(crate) writes: WriteLog,
+    /// The key hashes of the shard's last stores of any kind (plain writes and fills), by the
+    /// shard's store count: `retain` leaves a key stored since its copy (`shard/snapshot.rs`).
+    pub(crate) stored: WriteLog,
     rng: XorShift64,
     /// The adaptive policy's state (`adaptive.rs`); `None` for the other policies.
     pub(crate) adaptive: Option<Box<State>>,
@@ -385,6 +388,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
             capacity,
             pool: EvictionPool::new(pool_size),
             writes: WriteLog::new(share),
+            stored: WriteLog::new(share),
             rng: XorShift64::new(seed),
             adaptive: None,
             sketch: None,

@@ -61,27 +61,39 @@ fn retain_removes_what_the_predicate_rejects_without_holding_a_lock() {
 
 #[test]
 fn a_key_written_after_the_snapshot_is_not_removed() {
-    let clock = ManualClock::new();
-    let c = cache(1, &clock);
-    for k in 0..10 {
-        c.insert(k, k, Duration::MAX).unwrap();
-    }
-    let mut first = None;
-    let removed = c.retain(|k, v| {
-        if first.is_none() {
-            first = Some(*k);
-            // Every other key gets a new value the predicate has not judged.
-            for other in (0..10).filter(|o| o != k) {
-                c.insert(other, other + 1000, Duration::MAX).unwrap();
-            }
+    // Written by a plain insert, or stored by a fill (`insert_fenced`, as a read-through
+    // publish stores): a fill's store is as new as an insert, and was removed before.
+    for fenced in [false, true] {
+        let clock = ManualClock::new();
+        let c = cache(1, &clock);
+        for k in 0..10 {
+            c.insert(k, k, Duration::MAX).unwrap();
         }
-        *v >= 1000
-    });
-    assert_eq!(removed, 1, "only the entry judged and unchanged");
-    let first = first.unwrap();
-    for k in 0..10 {
-        let want = (k != first).then_some(k + 1000);
-        assert_eq!(c.get(&k), want, "key {k}");
+        let mut first = None;
+        let removed = c.retain(|k, v| {
+            if first.is_none() {
+                first = Some(*k);
+                // Every other key gets a new value the predicate has not judged.
+                for other in (0..10).filter(|o| o != k) {
+                    let stored = if fenced {
+                        c.insert_fenced(c.fence(&other), other, other + 1000, Duration::MAX)
+                    } else {
+                        c.insert(other, other + 1000, Duration::MAX)
+                    };
+                    assert_eq!(stored, Ok(true));
+                }
+            }
+            *v >= 1000
+        });
+        assert_eq!(
+            removed, 1,
+            "only the entry judged and unchanged (fenced: {fenced})"
+        );
+        let first = first.unwrap();
+        for k in 0..10 {
+            let want = (k != first).then_some(k + 1000);
+            assert_eq!(c.get(&k), want, "key {k} (fenced: {fenced})");
+        }
     }
 }
 

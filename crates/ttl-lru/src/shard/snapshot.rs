@@ -1,8 +1,8 @@
 //! A shard's side of iteration and predicate removal (`Cache::iter`, `Cache::retain`): a copy
-//! of its fresh entries taken under the read lock together with the shard's write sequence, and
-//! a removal that applies only if the key was not written since that copy (so a predicate only
-//! ever removes the entry it judged). In a module of its own so the shard's write and eviction
-//! code is untouched.
+//! of its fresh entries taken under the read lock together with the shard's write sequences,
+//! and a removal that applies only if the key was not written since that copy (so a predicate
+//! only ever removes the entry it judged). In a module of its own so the shard's write and
+//! eviction code is untouched.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -22,13 +22,31 @@ pub(crate) enum Unwritten {
     Unknown,
 }
 
+/// The shard's write sequences a copy reflects: its plain writes and removals (`writes`, whose
+/// log fences fills) and its stores of any kind, fills' included (`stores`, whose log is kept
+/// for this check alone: a fill's store must not be removed for a verdict on the value it
+/// replaced).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seen {
+    writes: u64,
+    stores: u64,
+}
+
 impl<K: Eq + Hash + Clone, V: Clone> Shard<K, V> {
+    /// Both write sequences, as of now (under the shard's lock, so matching the table).
+    fn seen(&self) -> Seen {
+        Seen {
+            writes: self.writes.load(Ordering::Acquire),
+            stores: self.stores.load(Ordering::Acquire),
+        }
+    }
+
     /// The shard's fresh values, cloned under the read lock (`K::clone` and `V::clone` run
     /// there, as `V::clone` does on every hit; nothing else of the user's), with the write
-    /// sequence they reflect.
-    pub(crate) fn snapshot(&self, now: u64) -> (u64, Vec<(K, V)>) {
+    /// sequences they reflect.
+    pub(crate) fn snapshot(&self, now: u64) -> (Seen, Vec<(K, V)>) {
         let t = self.table.read();
-        let fence = self.writes.load(Ordering::Acquire);
+        let fence = self.seen();
         let entries = t
             .values()
             .iter()
@@ -39,14 +57,14 @@ impl<K: Eq + Hash + Clone, V: Clone> Shard<K, V> {
         (fence, entries)
     }
 
-    /// One key's fresh value with the write sequence it reflects.
-    pub(crate) fn peek_fenced<Q>(&self, hash: u64, q: &Q, now: u64) -> (u64, Option<V>)
+    /// One key's fresh value with the write sequences it reflects.
+    pub(crate) fn peek_fenced<Q>(&self, hash: u64, q: &Q, now: u64) -> (Seen, Option<V>)
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
         let t = self.table.read();
-        let fence = self.writes.load(Ordering::Acquire);
+        let fence = self.seen();
         let value = t
             .find_value(hash, q)
             .filter(|&i| now < t.slot(i).expires_at && t.slot(i).idle_ok(now, t.idle_of(i)))
@@ -55,18 +73,23 @@ impl<K: Eq + Hash + Clone, V: Clone> Shard<K, V> {
     }
 
     /// Removes `q`'s entry (fencing its in-flight fills, as `remove` does) unless the key was
-    /// written after `fence`.
-    pub(crate) fn remove_unwritten<Q>(&self, hash: u64, q: &Q, fence: u64, now: u64) -> Unwritten
+    /// written (inserted, removed, filled) after `fence`.
+    pub(crate) fn remove_unwritten<Q>(&self, hash: u64, q: &Q, fence: Seen, now: u64) -> Unwritten
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
         let mut t = self.table.write();
-        let seq = self.writes.load(Ordering::Relaxed);
-        if seq.wrapping_sub(fence) > t.writes.len() {
+        let now_seen = self.seen();
+        let (writes, stores) = (now_seen.writes, now_seen.stores);
+        if writes.wrapping_sub(fence.writes) > t.writes.len()
+            || stores.wrapping_sub(fence.stores) > t.stored.len()
+        {
             return Unwritten::Unknown;
         }
-        if t.writes.fences(fence, seq, hash) {
+        if t.writes.fences(fence.writes, writes, hash)
+            || t.stored.fences(fence.stores, stores, hash)
+        {
             return Unwritten::Written;
         }
         self.bump_fence(&mut t, hash);
