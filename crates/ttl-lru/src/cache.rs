@@ -534,6 +534,12 @@ where
 
     /// Sets the capacity; when it shrinks, evicts (a share from every shard per round, by each
     /// shard's policy) until the budget is out of debt.
+    ///
+    /// The capacity lock orders concurrent resizes' state changes (capacity, shares, budget);
+    /// it is released before the evictions, which call the eviction listener: a listener may
+    /// call into the cache (`stats`, `capacity`, even `set_capacity`), which take that lock.
+    /// Evictions of concurrent resizes then run side by side, each until the budget, which
+    /// reflects the last resize, is out of debt.
     pub(crate) fn set_capacity(&self, capacity: u64) -> usize {
         let mut total = self.capacity.lock();
         let old = std::mem::replace(&mut *total, capacity);
@@ -547,6 +553,7 @@ where
             s.set_limit(capacity, share);
         }
         self.budget.resize(old, capacity);
+        drop(total);
         let now = self.clock.now_ms();
         let mut evicted = 0;
         while self.budget.free() < 0 {
@@ -567,7 +574,6 @@ where
                 break;
             }
         }
-        drop(total);
         evicted
     }
 

@@ -98,6 +98,41 @@ fn the_listener_runs_without_a_shard_lock() {
     *cell.lock().unwrap() = None;
 }
 
+/// A listener may call into the cache during `set_capacity`'s evictions too: read its stats
+/// and capacity, or resize it. `set_capacity` held the capacity lock (which `stats` and
+/// `capacity` take) while it reported its evictions, so such a listener deadlocked.
+#[test]
+fn a_listener_may_call_into_the_cache_during_set_capacity() {
+    let cell: Arc<Mutex<Option<Cache<u64, u64>>>> = Arc::default();
+    let inner = Arc::clone(&cell);
+    let c: Cache<u64, u64> = Cache::builder(10)
+        .shards(1)
+        .eviction_listener(move |_, _, _| {
+            let c = inner.lock().unwrap().clone().unwrap();
+            let _ = c.stats();
+            if c.capacity() == 5 {
+                c.set_capacity(4);
+            }
+        })
+        .build();
+    *cell.lock().unwrap() = Some(c.clone());
+    for k in 0..10 {
+        c.insert(k, k, Duration::MAX).unwrap();
+    }
+    let (done, finished) = std::sync::mpsc::channel();
+    let resizer = c.clone();
+    std::thread::spawn(move || {
+        resizer.set_capacity(5);
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(30))
+        .expect("set_capacity deadlocked on its own listener");
+    assert_eq!(c.capacity(), 4);
+    assert_eq!(c.len(), 4);
+    *cell.lock().unwrap() = None;
+}
+
 #[test]
 fn a_panicking_listener_is_counted_and_loses_no_other_event() {
     let log: Log = Arc::default();
