@@ -20,7 +20,7 @@ use crate::stats::CachePadded;
 use crate::sync::{AtomicI64, Ordering};
 
 /// Capacities above this are treated as this (far beyond any memory): `free` stays an `i64`.
-const MAX_BUDGET: u64 = 1 << 62;
+pub(crate) const MAX_BUDGET: u64 = 1 << 62;
 
 /// A cache's free capacity, shared by its shards (clones share it).
 #[derive(Clone)]

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crate::adaptive::{HitBuffers, State};
 use crate::admission::{Admission, FrequencySketch};
-use crate::budget::Budget;
+use crate::budget::{Budget, MAX_BUDGET};
 use crate::error::InsertError;
 use crate::listener::{Listener, RemovalCause};
 use crate::minisim::MiniSims;
@@ -662,8 +662,10 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         let stores = self.stores.load(Ordering::Relaxed);
         t.stored.record(stores, hash);
         self.stores.store(stores + 1, Ordering::Release);
-        if weight > t.capacity {
-            let limit = t.capacity;
+        // The budget holds at most `MAX_BUDGET` (a capacity above it is that much): a heavier
+        // entry could never get its room, and its write would retry evicting forever.
+        let limit = t.capacity.min(MAX_BUDGET);
+        if weight > limit {
             let old = self.remove_key_locked(&mut t, hash, &key);
             drop(t);
             self.report(old, RemovalCause::Replaced, now);

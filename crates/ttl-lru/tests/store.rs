@@ -155,6 +155,30 @@ fn capacity_zero_stores_nothing_with_a_typed_error() {
     assert_eq!(c.stats().rejections, 1);
 }
 
+/// A capacity past 2^62 counts as 2^62 (the budget's bound): an entry heavier than that is
+/// too heavy, not a write that retries evicting for room it can never get (it spun forever).
+#[test]
+fn an_entry_heavier_than_any_budget_is_too_heavy_not_a_hang() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let c: Cache<u64, u64> = Cache::builder(u64::MAX).weigher(|_, v: &u64| *v).build();
+        let heavy = c.insert(1, u64::MAX, FOREVER);
+        let most = c.insert(2, 1 << 62, FOREVER);
+        let _ = done.send((heavy, most, c.len()));
+    });
+    let (heavy, most, len) = finished
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the insert of a 2^64 - 1 weight hung");
+    assert_eq!(
+        heavy,
+        Err(InsertError::TooHeavy {
+            weight: u64::MAX,
+            limit: 1 << 62
+        })
+    );
+    assert_eq!((most, len), (Ok(true), 1));
+}
+
 #[test]
 fn overweight_entries_are_rejected_with_the_reason() {
     let c: Cache<u64, Vec<u8>> = Cache::builder(100)
