@@ -878,8 +878,11 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     ) -> Result<Write<K, V>, InsertError> {
         {
             let t = self.table.read();
+            // A value still usable (fresh or stale, not idle past its time-to-idle) stays:
+            // stale-if-error. One gone idle is gone, and the error replaces it.
             if let Some(i) = t.find_value(hash, &key)
                 && now < t.slot(i).usable_until(cfg.swr_ms)
+                && t.slot(i).idle_ok(now, t.idle_of(i))
             {
                 if let Some(gate) = t.gate(i) {
                     gate.store(retry_at, Ordering::Release);

@@ -84,6 +84,33 @@ async fn an_idle_entry_is_not_served_stale() {
     assert_eq!((got.value, got.source), (2, Source::Filled));
 }
 
+/// A fill that fails over a value gone idle caches its error like any miss's: the idle value
+/// is gone, not a stale one to keep (its fill used to be re-run by every caller until the
+/// value's TTL ended, negative caching silently off).
+#[tokio::test]
+async fn a_failed_fill_over_an_idle_value_caches_its_error() {
+    let clock = ManualClock::new();
+    let c: Cache<u64, u64> = Cache::builder(100)
+        .clock(clock.clone())
+        .time_to_idle(100 * MS)
+        .negative_ttl(Duration::from_secs(60))
+        .build();
+    c.insert(1, 1, Duration::from_secs(3600)).unwrap();
+    clock.advance(200 * MS);
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for _ in 0..3 {
+        let runs = Arc::clone(&runs);
+        let fill = move || async move {
+            runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err::<u64, &str>("down")
+        };
+        let failed = c.get_or_try_insert(1, |_| Duration::MAX, fill).await;
+        assert!(failed.is_err());
+    }
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(c.get(&1), None);
+}
+
 #[test]
 fn idle_entries_are_purged_reported_and_not_iterated() {
     let clock = ManualClock::new();
