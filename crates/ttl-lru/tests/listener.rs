@@ -57,6 +57,12 @@ fn each_cause_is_reported_with_key_and_value() {
     clock.advance(Duration::from_millis(2));
     assert_eq!(c.purge_expired(), 1);
     assert_eq!(take(&log), vec![(10, 100, Expired)]);
+    // So is an expired value its key's write replaces (it was reported as replaced).
+    c.insert(9, 91, Duration::from_millis(1)).unwrap();
+    assert_eq!(take(&log), vec![(9, 90, Replaced)]);
+    clock.advance(Duration::from_millis(2));
+    c.insert(9, 92, Duration::MAX).unwrap();
+    assert_eq!(take(&log), vec![(9, 91, Expired)]);
     let left = c.len();
     assert_eq!(c.clear(), left);
     let cleared = take(&log);

@@ -60,9 +60,12 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
 
 fn deliver<K, V>(listener: &Listener<K, V>, slot: Slot<K, V>, cause: RemovalCause, now: u64) {
     // A value leaving its table has its idle deadline folded into its expiry
-    // (`table/idle.rs`), so an idle victim shows as expired here.
+    // (`table/idle.rs`), so an idle victim shows as expired here. An expired value is
+    // reported as such whatever removed it: a victim, or its key's write (the listener's docs).
     let cause = match cause {
-        RemovalCause::Size if now >= slot.expires_at => RemovalCause::Expired,
+        RemovalCause::Size | RemovalCause::Replaced if now >= slot.expires_at => {
+            RemovalCause::Expired
+        }
         other => other,
     };
     let (key, value) = slot.into_parts();
