@@ -789,6 +789,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             if evicted.is_empty()
                 && let Some(sketch) = t.sketch.as_deref()
                 && now < t.expires_at(v)
+                && !t.idle_expired(v, now)
                 && !sketch.admit(hash, t.hash_of(v))
             {
                 self.budget.give(credit);

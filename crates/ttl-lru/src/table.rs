@@ -492,6 +492,17 @@ impl<K: Eq + Hash, V> Table<K, V> {
         }
     }
 
+    /// A value idle past its time-to-idle: never served again, so (like a dead entry) it
+    /// leaves without an admission duel, whatever its past hits. Only reads the slot in a
+    /// table that has idle times.
+    #[inline]
+    pub(crate) fn idle_expired(&self, at: At, now: u64) -> bool {
+        match at {
+            At::Value(i) if self.idles_anything() => !self.slots[i].idle_ok(now, self.idle_of(i)),
+            _ => false,
+        }
+    }
+
     /// Eviction rank, smaller is a better victim: stale entries by expiry, then live ones by
     /// recency.
     #[inline]
@@ -1008,7 +1019,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
             if Some(at) == exclude {
                 continue;
             }
-            if self.is_dead(at, now, cfg.swr_ms) {
+            if self.is_dead(at, now, cfg.swr_ms) || self.idle_expired(at, now) {
                 // Expired: it leaves with no ghost, and the newcomer fills in as while filling.
                 return Some(Pick::Evict {
                     at,
@@ -1070,6 +1081,11 @@ impl<K: Eq + Hash, V> Table<K, V> {
             let c = self.settle_region(st, true, now, exclude);
             let v = self.main_victim(st, now, exclude);
             match (c, v) {
+                // Main's victim went idle since it was pooled: it leaves without a duel.
+                (_, Some(v)) if self.idle_expired(v, now) => Pick::Evict {
+                    at: v,
+                    window: (st.window_len as f64) < st.target,
+                },
                 (Some(c), Some(v)) => {
                     if self.count_at(st, c) > self.victim_frequency(st, v) {
                         // The window's candidate joins main; main's victim leaves.

@@ -182,6 +182,46 @@ fn time_to_idle_holds_under_every_admission_policy() {
     }
 }
 
+/// A full cache whose entries went idle admits newcomers under every policy: an idle entry
+/// is gone, so it leaves without a duel. (TinyLFU and the adaptive policy weighed an idle
+/// victim's past hits against the newcomer, and a formerly hot key that went idle kept
+/// refusing every new key while the cache held nothing it could serve.)
+#[test]
+fn a_full_cache_of_idle_entries_admits_newcomers_under_every_policy() {
+    for admission in [
+        ttl_lru::Admission::Always,
+        ttl_lru::Admission::TinyLfu,
+        ttl_lru::Admission::Adaptive,
+    ] {
+        let clock = ManualClock::new();
+        let c: Cache<u64, u64> = Cache::builder(4)
+            .shards(1)
+            .clock(clock.clone())
+            .recency_resolution(Duration::ZERO)
+            .time_to_idle(100 * MS)
+            .admission(admission)
+            .build();
+        for k in 0..4 {
+            c.insert(k, k, Duration::MAX).unwrap();
+        }
+        for _ in 0..20 {
+            for k in 0..4 {
+                clock.advance(MS);
+                assert_eq!(c.get(&k), Some(k));
+            }
+        }
+        clock.advance(200 * MS);
+        for k in 10..14 {
+            assert_eq!(
+                c.insert(k, k, Duration::MAX),
+                Ok(true),
+                "{admission:?}: key {k}"
+            );
+            assert_eq!(c.get(&k), Some(k), "{admission:?}: key {k}");
+        }
+    }
+}
+
 // Per-entry time-to-idle (`Cache::insert_with_idle`, `CacheBuilder::time_to_idle_by`).
 
 fn plain_cache(clock: &ManualClock, capacity: u64) -> Cache<u64, u64> {
