@@ -97,17 +97,17 @@ async fn a_failed_fill_over_an_idle_value_caches_its_error() {
         .build();
     c.insert(1, 1, Duration::from_secs(3600)).unwrap();
     clock.advance(200 * MS);
-    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let runs = Arc::new(Mutex::new(0));
     for _ in 0..3 {
         let runs = Arc::clone(&runs);
         let fill = move || async move {
-            runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            *runs.lock().unwrap() += 1;
             Err::<u64, &str>("down")
         };
         let failed = c.get_or_try_insert(1, |_| Duration::MAX, fill).await;
         assert!(failed.is_err());
     }
-    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(*runs.lock().unwrap(), 1);
     assert_eq!(c.get(&1), None);
 }
 
