@@ -574,6 +574,12 @@ where
                 break;
             }
         }
+        if capacity < old {
+            // The memory of what left goes back too (a pressure watcher shrinks to get it).
+            for (s, &share) in self.shards.iter().zip(&shares) {
+                s.compact(share);
+            }
+        }
         evicted
     }
 
@@ -705,6 +711,37 @@ mod tests {
             futures::executor::block_on(c.get_or_try_insert(1000, |_| Duration::MAX, fill(7)));
         assert_eq!(got.ok().map(|f| f.value), Some(7));
         assert_eq!(peeks(), 1, "a cached error of another type is re-read");
+    }
+
+    /// A shrink gives the memory of what it evicted back: the slot arrays keep room for the
+    /// new share, not the old one's (a pressure watcher shrinks the cache to get memory).
+    /// With a weigher and a time-to-idle column too, and the cache still works after.
+    #[test]
+    fn set_capacity_down_gives_back_the_arrays_room() {
+        let c: Cache<u64, u64> = Cache::builder(100_000)
+            .shards(4)
+            .weigher(|_, _| 1)
+            .time_to_idle_by(|k, _| (k % 2 == 0).then_some(Duration::from_secs(3600)))
+            .build();
+        for k in 0..100_000 {
+            assert_eq!(c.insert(k, k, Duration::MAX), Ok(true));
+        }
+        let room = |c: &Cache<u64, u64>| -> Vec<(usize, usize)> {
+            c.inner.shards.iter().map(|s| s.slots_for_test()).collect()
+        };
+        assert!(room(&c).iter().all(|&(cap, _)| cap >= 20_000));
+        c.set_capacity(1000);
+        for (cap, len) in room(&c) {
+            assert!(
+                len <= 1000 && cap <= 2 * 250.max(len),
+                "room {cap} for {len}"
+            );
+        }
+        for k in 0..2000 {
+            c.insert(k, k, Duration::MAX).unwrap();
+        }
+        assert_eq!(c.len(), 1000);
+        assert!(c.get(&1999).is_some());
     }
 
     #[test]

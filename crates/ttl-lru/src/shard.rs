@@ -986,6 +986,21 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         }
     }
 
+    /// Gives back the room of entries a shrink removed (`Table::compact`), keeping room for
+    /// `share`.
+    pub(crate) fn compact(&self, share: u64) {
+        self.table
+            .write()
+            .compact(usize::try_from(share).unwrap_or(usize::MAX));
+    }
+
+    /// The room of this shard's slot array, and its entries (tests).
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) fn slots_for_test(&self) -> (usize, usize) {
+        let t = self.table.read();
+        (t.slot_capacity(), t.len())
+    }
+
     /// The sizes of this shard's eviction pools: main's and, with the adaptive policy, the
     /// window's (tests).
     #[cfg(all(test, not(herd_loom)))]

@@ -1353,6 +1353,30 @@ impl<K: Eq + Hash, V> Table<K, V> {
         removed
     }
 
+    /// Gives back the memory of entries a shrink removed: arrays and index whose room is more
+    /// than twice what the shard holds and is expected to hold (`share`) are shrunk to that
+    /// (the index rehashes what it keeps). Without it a cache shrunk from 1M entries to 1,000
+    /// kept the arrays of 1M, so a memory-pressure watcher that shrank it saw no memory come
+    /// back. O(entries), under the shard's lock: for `set_capacity`, not for a hot path.
+    pub(crate) fn compact(&mut self, share: usize) {
+        let keep = self.len().max(share);
+        fn shrink<T>(v: &mut Vec<T>, keep: usize) {
+            if v.capacity() > 2 * keep.max(4) {
+                v.shrink_to(keep);
+            }
+        }
+        shrink(&mut self.slots, keep);
+        shrink(&mut self.errors, keep);
+        shrink(&mut self.weights, keep);
+        shrink(&mut self.gates, keep);
+        self.idles.compact(keep);
+        if self.index.capacity() > 2 * keep.max(4) {
+            let (hasher, slots, errors) = (&self.hasher, &self.slots, &self.errors);
+            self.index
+                .shrink_to(keep, |&j| hash_at(hasher, slots, errors, j));
+        }
+    }
+
     /// Empties the table. Returns the entries, to be dropped after the lock is released.
     pub(crate) fn take_all(&mut self) -> (Vec<Slot<K, V>>, Vec<ErrorSlot<K>>) {
         self.index.clear();

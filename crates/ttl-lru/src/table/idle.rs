@@ -30,6 +30,13 @@ pub(crate) struct Idles {
 }
 
 impl Idles {
+    /// Shrinks the per-entry column's room as [`Table::compact`] does the others'.
+    pub(crate) fn compact(&mut self, keep: usize) {
+        if self.per_entry.capacity() > 2 * keep.max(4) {
+            self.per_entry.shrink_to(keep);
+        }
+    }
+
     pub(crate) fn new() -> Self {
         Self {
             default_ms: u64::MAX,
