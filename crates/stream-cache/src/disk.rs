@@ -312,6 +312,8 @@ struct Index {
     clock: VecDeque<(CacheKey, u64)>,
     /// Bytes of every object file plus every temp file written so far.
     used: u64,
+    /// The part of `used` that complete objects hold: all eviction can free.
+    complete: u64,
     /// Per object subdirectory: object files unlinked in it so far (evictions, replacements,
     /// purges, expiries): compared with `DiskShared::dir_synced` to know whether an unlink may
     /// still be undone by a power loss.
@@ -695,6 +697,7 @@ fn scan(
             note(&home);
         }
         index.used += len;
+        index.complete += len;
         index.clock.push_back((key.clone(), seq));
         index.objects.insert(
             key,
@@ -748,6 +751,7 @@ impl Index {
             objects: HashMap::new(),
             clock: VecDeque::new(),
             used: 0,
+            complete: 0,
             unlinks: vec![0; SUBDIRS],
             trash: Vec::new(),
         }
@@ -761,6 +765,7 @@ impl Index {
     fn drop_object(&mut self, key: &CacheKey, layout: &Layout) -> Option<Stored> {
         let stored = self.objects.remove(key)?;
         self.used -= stored.len;
+        self.complete -= stored.len;
         let (path, trash) = (
             layout.object_path(key, stored.seq),
             layout.trash_path(key, stored.seq),
@@ -789,6 +794,12 @@ impl Index {
     /// Evict complete objects (CLOCK) until `extra` more bytes fit in `capacity`. Returns
     /// whether anything was evicted; the caller checks whether it fits now.
     fn make_room(&mut self, extra: u64, capacity: u64, layout: &Layout) -> bool {
+        // Writes in progress hold the rest: if `extra` would not fit even with every complete
+        // object gone, evict none (the write fails either way; it used to wipe the cache
+        // first).
+        if (self.used - self.complete).saturating_add(extra) > capacity {
+            return false;
+        }
         let mut evicted = false;
         while self.used.saturating_add(extra) > capacity {
             let Some((key, seq)) = self.clock.pop_front() else {
@@ -1115,7 +1126,14 @@ impl Storage for DiskStorage {
         {
             let mut index = shared.lock_index();
             let admission = shared.fences.admit(&fence);
-            if admission == Admission::Admitted {
+            let no_room = (index.used - index.complete) + header.len() as u64 > shared.capacity;
+            if admission == Admission::Admitted && no_room {
+                // No room even if every complete object went (writes in progress hold it):
+                // refused before anything is dropped, so the key's previous object stays.
+                write.cell.abort(AbortReason::TooLarge {
+                    limit: shared.capacity,
+                });
+            } else if admission == Admission::Admitted {
                 // Replacing: the previous object stops being visible now (its readers keep
                 // their open files). A previous write in progress keeps going for the readers
                 // bound to it but will not publish.
@@ -1371,6 +1389,7 @@ impl BodyWriter for DiskWriter {
                 }
                 index.active.remove(&self.key);
                 let charged = self.write.charged.swap(0, Ordering::Relaxed);
+                index.complete += charged;
                 index.objects.insert(
                     self.key.clone(),
                     Stored {

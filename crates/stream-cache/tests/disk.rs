@@ -171,6 +171,81 @@ async fn writes_in_progress_are_never_evicted() {
     assert!(storage.used_bytes() <= capacity);
 }
 
+/// A write that cannot get room even if every complete object went is refused without
+/// evicting any: before, it evicted the whole cache on its way to failing (two large fills
+/// in progress were enough to wipe a disk cache). And a `replace` refused for room keeps the
+/// key's old object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_cannot_fit_evicts_nothing() {
+    let dir = TempDir::new();
+    let capacity = 300 * 1024;
+    let storage = DiskStorage::open(dir.path(), capacity).await.unwrap();
+    for (i, key) in ["a", "b", "c"].into_iter().enumerate() {
+        store(
+            &storage,
+            key,
+            ObjectMeta::default(),
+            &pattern(20 * 1024, i as u8),
+        )
+        .await;
+    }
+    let mut first = storage
+        .begin_write(&"first".into(), ObjectMeta::default())
+        .await
+        .unwrap();
+    first
+        .write(Bytes::from(pattern(150 * 1024, 1)))
+        .await
+        .unwrap();
+    let mut second = storage
+        .begin_write(&"second".into(), ObjectMeta::default())
+        .await
+        .unwrap();
+    let refused = second.write(Bytes::from(pattern(200 * 1024, 2))).await;
+    assert!(
+        matches!(
+            refused,
+            Err(WriteError::Aborted(AbortReason::TooLarge { .. }))
+        ),
+        "{refused:?}"
+    );
+    for (i, key) in ["a", "b", "c"].into_iter().enumerate() {
+        let kept = body_of(&storage, key).await == Some(pattern(20 * 1024, i as u8));
+        assert!(kept, "{key} was evicted for a write that could not fit");
+    }
+    drop(first);
+    assert!(storage.used_bytes() <= capacity);
+
+    // A replacement whose head alone does not fit beside the writes in progress (here one
+    // that fills the storage to the byte) is refused before the key's object is dropped.
+    let dir = TempDir::new();
+    let storage = DiskStorage::open(dir.path(), capacity).await.unwrap();
+    store(&storage, "k", ObjectMeta::default(), b"old body").await;
+    let mut filling = Vec::new();
+    for name in ["filling 1", "filling 2"] {
+        filling.push(
+            storage
+                .begin_write(&name.into(), ObjectMeta::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let left = capacity - storage.used_bytes();
+    for (i, w) in filling.iter_mut().enumerate() {
+        let part = if i == 0 { left / 2 } else { left - left / 2 };
+        w.write(Bytes::from(pattern(part as usize, 3)))
+            .await
+            .unwrap();
+    }
+    assert_eq!(storage.used_bytes(), capacity);
+    let big_head = ObjectMeta::new(vec![b'm'; 4096]);
+    if let Ok(mut refused) = storage.begin_write(&"k".into(), big_head).await {
+        assert!(refused.write(Bytes::from_static(b"new")).await.is_err());
+    }
+    assert_eq!(body_of(&storage, "k").await, Some(b"old body".to_vec()));
+    drop(filling);
+}
+
 /// Restart: one scan rebuilds the index and the used bytes; a smaller capacity holds from the
 /// first moment (the oldest objects are evicted by `open`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
