@@ -67,7 +67,8 @@ pub enum NoReaderPolicy {
     /// Abort the write (`AbortReason::NoReaders`) at the next chunk after the last reader left.
     /// A caller woken with the published body counts as a reader until it has attached (or its
     /// `get_or_fill` future is dropped), so a body is never aborted under a caller that asked
-    /// for it.
+    /// for it. Not for a [`StreamCache::replace`]'s fill, which keeps filling: its head has
+    /// already replaced the stored object, and an abort would leave the key with neither.
     Abort,
 }
 
@@ -399,7 +400,7 @@ impl<S: Storage> StreamCache<S> {
     /// readers keep reading it) until the new fill's meta is published, which replaces it
     /// atomically; readers attached to the old body finish it. If `fill` fails, or the new
     /// write is refused, the old object stays (for serve-stale-on-error). Returns a reader of the
-    /// new body (drop it to let the fill go on without you, see [`NoReaderPolicy`]).
+    /// new body (drop it to let the fill go on without you, under either [`NoReaderPolicy`]).
     ///
     /// Counted as a fill (`fills_started` ...), not as a hit or miss. Cancel safety: as
     /// `get_or_fill`'s waiting and leading awaits (a dropped leader passes the lead on before
@@ -487,7 +488,7 @@ impl<S: Storage> StreamCache<S> {
                         return Err(FillError::Abandoned);
                     };
                     return self
-                        .lead(leader, key, fence, fill)
+                        .lead(leader, key, fence, fill, mode)
                         .await
                         .map(|hit| (hit, Obtained::Led));
                 }
@@ -519,6 +520,7 @@ impl<S: Storage> StreamCache<S> {
         key: CacheKey,
         fence: WriteFence,
         fill: F,
+        mode: Mode,
     ) -> Result<Hit, FillError>
     where
         F: FnOnce() -> Fut,
@@ -599,7 +601,12 @@ impl<S: Storage> StreamCache<S> {
             body: upstream.body,
             deadline,
             max_body_size: self.config.max_body_size,
-            no_reader_policy: self.config.no_reader_policy,
+            // A replace keeps filling without readers whatever the policy: its head already
+            // replaced the stored object, so an abort would leave the key with neither body.
+            no_reader_policy: match mode {
+                Mode::Replace => NoReaderPolicy::KeepFilling,
+                Mode::GetOrFill => self.config.no_reader_policy,
+            },
             source: source.clone(),
         };
         match source {

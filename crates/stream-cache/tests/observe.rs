@@ -215,6 +215,45 @@ async fn replace_keeps_the_old_object_until_the_new_head() {
     assert!(cache.storage().lookup(&"k".into()).await.unwrap().is_some());
 }
 
+/// Under `NoReaderPolicy::Abort` a replace whose caller drops its reader (as a background
+/// refresh does) keeps filling: its abort would leave the key with neither body (the old
+/// object stops being visible when the new head is published), so every refresh done that way
+/// destroyed the entry.
+#[tokio::test]
+async fn a_replace_without_readers_keeps_filling_under_the_abort_policy() {
+    let cache = StreamCacheBuilder::default()
+        .no_reader_policy(stream_cache::NoReaderPolicy::Abort)
+        .build(MemStorage::new(1 << 20));
+    let mut old = cache
+        .get_or_fill("k", || async { Ok(ready_upstream("old", "old body")) })
+        .await
+        .unwrap();
+    assert!(drain(&mut *old.body).await.1.is_ok());
+    let (upstream, chunks) = channel_upstream("new");
+    let (reader, how) = cache.replace("k", || async { Ok(upstream) }).await.unwrap();
+    assert_eq!(how, Obtained::Led);
+    drop(reader);
+    chunks.send(Ok(Bytes::from_static(b"new "))).unwrap();
+    chunks.send(Ok(Bytes::from_static(b"body"))).unwrap();
+    drop(chunks);
+    let mut found = None;
+    for _ in 0..1000 {
+        tokio::task::yield_now().await;
+        if let Some(mut hit) = cache.lookup("k").await.unwrap()
+            && hit.meta.user == "new"
+            && let (body, Ok(())) = drain(&mut *hit.body).await
+        {
+            found = Some(body);
+            break;
+        }
+    }
+    assert_eq!(
+        found.as_deref(),
+        Some(&b"new body"[..]),
+        "the key lost its object"
+    );
+}
+
 /// `replace` dropped at every await: the key is never left without an object (the old one
 /// until the new head, then the new one), no fill is left counted in flight, and every fill
 /// that started is reported once.
