@@ -652,7 +652,6 @@ fn scan(
         }
     };
     for (path, seq) in layout.list()? {
-        next_seq = next_seq.max(seq + 1);
         let stored = match open_stored(&path)? {
             Opened::Missing => continue,
             Opened::Invalid(why) => {
@@ -663,6 +662,9 @@ fn scan(
             }
             Opened::Valid(stored) => stored,
         };
+        // Only a valid file's seq counts (a file named with seq `u64::MAX` overflowed this
+        // addition: a panic in debug builds, from nothing but a file name).
+        next_seq = next_seq.max(seq.saturating_add(1));
         if stored.expires_ms.is_some_and(|at| at <= now) {
             remove_quietly(&path);
             note(&path);

@@ -629,3 +629,19 @@ async fn flat_layout_files_are_moved_into_place() {
         assert!(files.iter().any(|f| f.parent() == Some(&*home)), "{key}");
     }
 }
+
+/// A file under `objects/` whose name carries the largest seq (or any junk) does not stop
+/// `open`: it is removed as invalid, and the storage works. Its seq overflowed `seq + 1`, a
+/// panic in debug builds, from a file name alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_named_with_the_largest_seq_does_not_break_open() {
+    let dir = TempDir::new();
+    let subdir = dir.path().join("objects").join("00");
+    std::fs::create_dir_all(&subdir).unwrap();
+    let crafted = subdir.join("0000000000000000-ffffffffffffffff.obj");
+    std::fs::write(&crafted, b"not an object").unwrap();
+    let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
+    assert!(!crafted.exists(), "the invalid file is removed");
+    store(&storage, "k", ObjectMeta::default(), b"body").await;
+    assert_eq!(body_of(&storage, "k").await, Some(b"body".to_vec()));
+}
