@@ -1153,9 +1153,17 @@ impl Storage for DiskStorage {
             } else if admission == Admission::Purged {
                 write.cell.abort(AbortReason::Purged);
             } else {
-                // Superseded: never indexed, but its file is real disk space.
-                index.used += header.len() as u64;
-                write.charged.store(header.len() as u64, Ordering::Relaxed);
+                // Superseded: never indexed, but its file is real disk space, which must fit
+                // as any write's (it was charged without a check, one head over capacity).
+                index.make_room(header.len() as u64, shared.capacity, &shared.layout);
+                if index.used + header.len() as u64 > shared.capacity {
+                    write.cell.abort(AbortReason::TooLarge {
+                        limit: shared.capacity,
+                    });
+                } else {
+                    index.used += header.len() as u64;
+                    write.charged.store(header.len() as u64, Ordering::Relaxed);
+                }
             }
         }
         drop(fence);

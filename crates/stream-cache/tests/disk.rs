@@ -244,6 +244,42 @@ async fn a_write_that_cannot_fit_evicts_nothing() {
     }
     assert_eq!(body_of(&storage, "k").await, Some(b"old body".to_vec()));
     drop(filling);
+
+    // A superseded write (an older fence: it will never be the key's object, but its file is
+    // real) gets no room beyond the capacity either.
+    let dir = TempDir::new();
+    let storage = DiskStorage::open(dir.path(), capacity).await.unwrap();
+    let old_fence = storage.fence(&"late".into());
+    let newer = storage
+        .begin_write(&"late".into(), ObjectMeta::default())
+        .await
+        .unwrap();
+    let mut filling = Vec::new();
+    for name in ["filling 1", "filling 2"] {
+        filling.push(
+            storage
+                .begin_write(&name.into(), ObjectMeta::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let left = capacity - storage.used_bytes();
+    for (i, w) in filling.iter_mut().enumerate() {
+        let part = if i == 0 { left / 2 } else { left - left / 2 };
+        w.write(Bytes::from(pattern(part as usize, 4)))
+            .await
+            .unwrap();
+    }
+    assert_eq!(storage.used_bytes(), capacity);
+    let late = storage
+        .begin_write_fenced(&"late".into(), ObjectMeta::default(), old_fence)
+        .await;
+    assert!(
+        storage.used_bytes() <= capacity,
+        "{} bytes used of {capacity}",
+        storage.used_bytes()
+    );
+    drop((late, newer, filling));
 }
 
 /// Restart: one scan rebuilds the index and the used bytes; a smaller capacity holds from the
