@@ -127,7 +127,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::Context;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -972,11 +972,17 @@ impl DiskShared {
 /// Removes a temp file unless disarmed: makes `begin_write` cancel-safe.
 struct TempFileGuard {
     path: Option<PathBuf>,
+    /// Set when the guard removes the file, for the blocking task that creates it: dropped
+    /// while that task is still queued on the blocking pool, the guard finds no file to
+    /// remove, and the task, which runs anyway, must remove what it then creates (it leaked
+    /// one temp file per cancelled `begin_write` until the next `open`).
+    abandoned: Arc<AtomicBool>,
 }
 
 impl Drop for TempFileGuard {
     fn drop(&mut self) {
         if let Some(path) = self.path.take() {
+            self.abandoned.store(true, Ordering::SeqCst);
             remove_quietly(&path);
         }
     }
@@ -1093,20 +1099,27 @@ impl Storage for DiskStorage {
             .join(format!("{seq:016x}-{}.tmp", std::process::id()));
         let mut guard = TempFileGuard {
             path: Some(tmp_path.clone()),
+            abandoned: Arc::new(AtomicBool::new(false)),
         };
         let header = encode_header(key, &meta)?;
         // One trip to the blocking pool. The body starts at offset 0 (64 KiB chunks land on
         // page-cache folio boundaries); the header is written by `finish`, with its final body
         // length, after the block table, in the same trip. Its bytes are charged now.
         let file = {
-            let path = tmp_path.clone();
+            let (path, abandoned) = (tmp_path.clone(), Arc::clone(&guard.abandoned));
             blocking(move || {
-                std::fs::OpenOptions::new()
+                let file = std::fs::OpenOptions::new()
                     .read(true)
                     .write(true)
                     .create(true)
                     .truncate(true)
-                    .open(path)
+                    .open(&path)?;
+                // After creating, before the guard could see it (both `SeqCst`): either the
+                // guard's removal comes after this file exists, or this sees the flag.
+                if abandoned.load(Ordering::SeqCst) {
+                    remove_quietly(&path);
+                }
+                Ok(file)
             })
             .await?
         };

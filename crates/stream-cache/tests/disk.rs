@@ -681,3 +681,42 @@ async fn a_file_named_with_the_largest_seq_does_not_break_open() {
     store(&storage, "k", ObjectMeta::default(), b"body").await;
     assert_eq!(body_of(&storage, "k").await, Some(b"body".to_vec()));
 }
+
+/// `begin_write` dropped while its temp file's creation waits on a busy blocking pool leaves
+/// no temp file once that creation runs (it leaked one per cancelled call until the next
+/// `open`).
+#[test]
+fn a_begin_write_dropped_while_its_file_is_being_created_leaves_no_temp_file() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let dir = TempDir::new();
+        let storage = DiskStorage::open(dir.path(), 1 << 20).await.unwrap();
+        // The one blocking thread is busy until `release` is sent.
+        let (release, busy) = std::sync::mpsc::channel::<()>();
+        let occupied = tokio::task::spawn_blocking(move || busy.recv());
+        {
+            let key = "k".into();
+            let begin = storage.begin_write(&key, ObjectMeta::default());
+            let mut begin = std::pin::pin!(begin);
+            let polled = futures::poll!(begin.as_mut());
+            assert!(
+                polled.is_pending(),
+                "the file's creation waits for the pool"
+            );
+        }
+        release.send(()).unwrap();
+        let _ = occupied.await;
+        // Queued after the creation: when it has run, the creation has too.
+        tokio::task::spawn_blocking(|| ()).await.unwrap();
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("tmp"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "left in tmp/: {left:?}");
+    });
+}
