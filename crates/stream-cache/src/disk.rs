@@ -250,7 +250,13 @@ impl DiskStorageBuilder {
             .max_object_size
             .unwrap_or(u64::MAX)
             .min(capacity.saturating_sub(overhead));
-        // The scan synced whatever it removed (`Durability::Full`).
+        // The scan synced whatever it removed (`Durability::Full`), but not what the previous
+        // run unlinked without a sync yet (an eviction, a replacement): a power loss can still
+        // bring those files back. So a subdirectory that existed before and that the scan did
+        // not sync starts with one unlink not known to be synced, and the first purge of a key
+        // in it syncs it (a purge after a restart used to find "nothing unsynced" and return
+        // without one).
+        let mut scan = scan;
         let dir_synced: Box<[AtomicU64]> = scan
             .index
             .unlinks
@@ -258,6 +264,9 @@ impl DiskStorageBuilder {
             .copied()
             .map(AtomicU64::new)
             .collect();
+        for (unlinks, &unsynced) in scan.index.unlinks.iter_mut().zip(&scan.unsynced) {
+            *unlinks += u64::from(unsynced);
+        }
         Ok(DiskStorage {
             shared: Arc::new(DiskShared {
                 root: self.root,
@@ -619,6 +628,9 @@ struct Scanned {
     next_seq: u64,
     /// Directory fsyncs the scan did.
     dir_syncs: u64,
+    /// Per subdirectory: it existed before this open and the scan did not sync it, so the
+    /// last run's unlinks in it may not be durable.
+    unsynced: Vec<bool>,
 }
 
 /// The restart scan (see the module docs). Runs on the blocking pool.
@@ -630,6 +642,9 @@ fn scan(
     durability: Durability,
 ) -> io::Result<Scanned> {
     let new_root = !root.is_dir();
+    let preexisting: Vec<bool> = (0..SUBDIRS)
+        .map(|subdir| layout.subdir_path(subdir).is_dir())
+        .collect();
     let mut created = layout.create_dirs()?;
     if !tmp.is_dir() {
         std::fs::create_dir_all(tmp)?;
@@ -720,6 +735,7 @@ fn scan(
         dir_syncs += 1;
         sync_dir(dir)
     };
+    let mut unsynced = preexisting;
     if durability == Durability::Full {
         // Every removal, move and new directory is durable before `open` returns (the
         // per-subdirectory counters start out synced). New directories need their parent
@@ -728,6 +744,7 @@ fn scan(
         for (subdir, unlinked) in index.unlinks.iter().enumerate() {
             if *unlinked > 0 || touched[subdir] {
                 sync(&layout.subdir_path(subdir))?;
+                unsynced[subdir] = false;
             }
         }
         sync(layout.objects())?;
@@ -743,6 +760,7 @@ fn scan(
         index,
         next_seq,
         dir_syncs,
+        unsynced,
     })
 }
 

@@ -513,6 +513,39 @@ async fn purge_syncs_an_eviction_not_yet_synced() {
     writer.finish().await.unwrap();
 }
 
+/// After a restart, an unlink of the previous run may not be synced yet (a power loss could
+/// bring its file back), so the first purge of a key syncs its subdirectory: before, `open`
+/// counted every subdirectory as synced and such a purge returned without a sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_after_a_restart_syncs_what_the_last_run_unlinked() {
+    let dir = TempDir::new();
+    {
+        let storage = DiskStorage::open(dir.path(), 150 * 1024).await.unwrap();
+        store(&storage, "a", ObjectMeta::default(), &pattern(60 * 1024, 1)).await;
+        store(&storage, "b", ObjectMeta::default(), &pattern(60 * 1024, 2)).await;
+        // A write in progress evicts "a"; the process ends before anything syncs that.
+        let mut writer = storage
+            .begin_write(&"c".into(), ObjectMeta::default())
+            .await
+            .unwrap();
+        writer
+            .write(Bytes::from(pattern(60 * 1024, 3)))
+            .await
+            .unwrap();
+        assert!(storage.lookup(&"a".into()).await.unwrap().is_none());
+    }
+    let storage = DiskStorage::open(dir.path(), 150 * 1024).await.unwrap();
+    let before = storage.dir_syncs();
+    assert!(!storage.purge(&"a".into()).await.unwrap());
+    assert_eq!(
+        storage.dir_syncs(),
+        before + 1,
+        "the purge synced its directory"
+    );
+    assert!(!storage.purge(&"a".into()).await.unwrap());
+    assert_eq!(storage.dir_syncs(), before + 1, "once");
+}
+
 /// The first key of the form `{prefix}{i}` whose files live in (`same`) or outside
 /// (`!same`) `dir`.
 fn key_in(storage: &DiskStorage, prefix: &str, dir: &Path, same: bool) -> String {
