@@ -110,7 +110,7 @@ pub enum SettingsError {
     /// The lease time-to-live is under [`MIN_LEASE_TTL`].
     #[error("lease ttl {0:?} is under the 1 ms minimum")]
     TtlTooShort(Duration),
-    /// The lease time-to-live is over [`MAX_LEASE_TTL`](crate::lease::MAX_LEASE_TTL) (24 h):
+    /// The lease time-to-live is over [`MAX_LEASE_TTL`] (24 h):
     /// no lease service could grant it, so every fill would run without one.
     #[error("lease ttl {0:?} is over the 24 h maximum")]
     TtlTooLong(Duration),
