@@ -804,9 +804,28 @@ impl Inner {
                 headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
                 *response.body_mut() = self.client_body(HttpBody::new(reader).with_exact_len(len));
             }
-            None if parts.version <= Version::HTTP_10 => {
+            None if parts.version <= Version::HTTP_10
+                && self.cache.storage().capabilities().range_reads =>
+            {
                 // HTTP/1.0 has no chunked framing: a connection close is its only end of body,
-                // so a truncation would look complete. Send the body only once complete.
+                // so a truncation would look complete. Send the body only once complete. A seek
+                // past any length waits for the write's end without reading (a copy of the body
+                // per client, up to the object limit each, is what collecting it cost) and
+                // answers the final length; then the body is read from its start.
+                let len = match reader.seek(ByteRange::from(u64::MAX..)).await {
+                    Err(BodyError::RangeNotSatisfiable { len, .. }) => len,
+                    Err(error) => return self.failed_before_head(error),
+                    // 2^64 - 1 bytes written: no storage gets there.
+                    Ok(()) => return full(StatusCode::BAD_GATEWAY, "stored body too long\n"),
+                };
+                if let Err(error) = reader.seek(ByteRange::from(0..)).await {
+                    return self.failed_before_head(error);
+                }
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+                *response.body_mut() = self.client_body(HttpBody::new(reader).with_exact_len(len));
+            }
+            None if parts.version <= Version::HTTP_10 => {
+                // As above, for a storage that cannot read a body again: one copy per client.
                 let mut body = Vec::new();
                 let mut stream = BodyStream::new(reader);
                 while let Some(chunk) = stream.next().await {
