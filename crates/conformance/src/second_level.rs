@@ -204,6 +204,10 @@ impl Ctx {
     }
 
     /// Await `future` within the step timeout, and require an `Ok` answer.
+    ///
+    /// # Cancellation
+    /// Dropping it drops `future` wherever it was (what that leaves behind is the backend
+    /// call's own cancellation contract); nothing of the case's is changed.
     pub async fn ok<T>(
         &self,
         what: &str,
@@ -216,6 +220,9 @@ impl Ctx {
     }
 
     /// Await `future` within the step timeout (any answer).
+    ///
+    /// # Cancellation
+    /// As [`ok`](Self::ok): `future` is dropped where it was.
     pub async fn answer<T>(
         &self,
         what: &str,

@@ -174,7 +174,9 @@ where
     /// # Cancellation
     /// - Dropped while waiting for another caller's fill: it leaves the queue; the fill goes on.
     /// - Dropped while waiting for its own detached fill: the task keeps running, stores the value
-    ///   and answers every other waiter; only this caller's copy of the result is lost.
+    ///   and answers every other waiter; only this caller's copy of the result is lost. (Without
+    ///   a tokio runtime there is no task: the fill runs in this future and is dropped with it,
+    ///   its lead passing to the oldest waiting caller, as for `get_or_try_insert`.)
     ///
     /// # Errors
     /// As [`get_or_try_insert`](Self::get_or_try_insert), plus [`FetchError::FillTimedOut`];

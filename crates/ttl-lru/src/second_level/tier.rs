@@ -387,6 +387,10 @@ where
     ///   fenced L2 write): the cache hands the flight to the oldest waiting caller, which starts
     ///   over from step 2; a lease held is released in the background; an L2 write already sent
     ///   may land, but only while the key's version is unchanged (it is fenced in L2 itself).
+    ///   Dropped while the lease is being acquired (a round trip to the lease service), the
+    ///   lease may have been granted with nobody to see it: it is not released, and until its
+    ///   ttl ends the caller that takes over, and other processes, find it held and wait (up to
+    ///   one lease ttl), as with [`coalesce::DistributedGroup::run`].
     ///
     /// # Errors
     /// As [`Cache::get_or_try_insert`]. L2 failures are never returned: they are counted.
