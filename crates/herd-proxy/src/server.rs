@@ -606,7 +606,12 @@ impl Inner {
             // limit, which passes larger ones before they reach the cache): pass, as for those.
             // The leader's origin response went to the refused write, so this is a second
             // fetch; every coalesced caller fetches its own.
-            Err(FillError::TooLarge { .. } | FillError::Storage(StorageError::TooLarge { .. })) => {
+            // Or no room now (writes in progress hold a disk storage's capacity): passed too,
+            // rather than a body that fails at its first byte.
+            Err(
+                FillError::TooLarge { .. }
+                | FillError::Storage(StorageError::TooLarge { .. } | StorageError::NoRoom { .. }),
+            ) => {
                 self.metrics.passes.inc();
                 self.pass(parts, empty_up_body()).await
             }

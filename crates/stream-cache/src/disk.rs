@@ -1198,9 +1198,17 @@ impl Storage for DiskStorage {
             }
         }
         drop(fence);
+        if let WriteState::Aborted(AbortReason::TooLarge { .. }) = write.cell.state() {
+            // Refused for room: an error, not a writer born aborted, so a caller that would
+            // publish it (`StreamCache`) has nothing to hand its readers but the refusal (its
+            // readers got a body that failed at its first byte). The guard removes the file.
+            return Err(StorageError::NoRoom {
+                capacity: shared.capacity,
+            });
+        }
         let born_aborted = write.cell.state().is_terminal();
         if !born_aborted {
-            // A write born aborted (purged, no room) has its temp file removed by the guard.
+            // A write born aborted (purged) has its temp file removed by the guard.
             guard.path = None;
         }
         Ok(Box::new(DiskWriter {

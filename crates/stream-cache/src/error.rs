@@ -81,6 +81,14 @@ pub enum StorageError {
         /// The length declared in the meta.
         declared: u64,
     },
+    /// No room for this write now: writes in progress hold the storage's capacity, and
+    /// evicting every complete object would not make enough (nothing was evicted or replaced).
+    /// Unlike `TooLarge`, the same write may fit later.
+    #[error("no room for a new write: writes in progress hold the capacity of {capacity} bytes")]
+    NoRoom {
+        /// The storage's capacity.
+        capacity: u64,
+    },
     /// The backend does not support this operation.
     #[error("unsupported: {0}")]
     Unsupported(&'static str),

@@ -281,6 +281,8 @@ pub trait Storage: Send + Sync + 'static {
     ///   wins, always.
     ///
     /// Fails with `StorageError::TooLarge` if `meta.expected_len` exceeds the object size limit,
+    /// `StorageError::NoRoom` if writes in progress hold the capacity (a bounded backend that
+    /// never evicts them; nothing was evicted or replaced for the refused write),
     /// `StorageError::ForeignFence` if `fence` was taken for another key or from another storage.
     ///
     /// Cancel safety: dropping the future leaves no visible object and no leftover resources.

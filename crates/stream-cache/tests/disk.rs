@@ -239,9 +239,12 @@ async fn a_write_that_cannot_fit_evicts_nothing() {
     }
     assert_eq!(storage.used_bytes(), capacity);
     let big_head = ObjectMeta::new(vec![b'm'; 4096]);
-    if let Ok(mut refused) = storage.begin_write(&"k".into(), big_head).await {
-        assert!(refused.write(Bytes::from_static(b"new")).await.is_err());
-    }
+    let refused = storage.begin_write(&"k".into(), big_head).await;
+    assert!(
+        matches!(refused, Err(StorageError::NoRoom { capacity: c }) if c == capacity),
+        "refused for room with an error, not a writer born aborted: {:?}",
+        refused.map(|_| ())
+    );
     assert_eq!(body_of(&storage, "k").await, Some(b"old body".to_vec()));
     drop(filling);
 
@@ -274,6 +277,7 @@ async fn a_write_that_cannot_fit_evicts_nothing() {
     let late = storage
         .begin_write_fenced(&"late".into(), ObjectMeta::default(), old_fence)
         .await;
+    assert!(matches!(late, Err(StorageError::NoRoom { .. })));
     assert!(
         storage.used_bytes() <= capacity,
         "{} bytes used of {capacity}",
