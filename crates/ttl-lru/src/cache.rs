@@ -54,7 +54,8 @@ pub(crate) struct Inner<K, V> {
     pub(crate) hasher: ahash::RandomState,
     pub(crate) clock: ClockSource,
     pub(crate) cfg: ShardConfig,
-    /// Total capacity; the mutex serialises `set_capacity` calls.
+    /// Total capacity; the mutex serialises `set_capacity` calls' state changes (capacity,
+    /// shares, budget), not their evictions, which run after it is released.
     pub(crate) capacity: parking_lot::Mutex<u64>,
     /// The capacity not in use, shared by the shards (`budget.rs`).
     pub(crate) budget: Budget,
@@ -557,8 +558,8 @@ where
         let now = self.clock.now_ms();
         let mut evicted = 0;
         while self.budget.free() < 0 {
-            let debt = self.budget.free().unsigned_abs() as usize;
-            let share = debt.div_ceil(self.shards.len());
+            let debt = self.budget.free().unsigned_abs();
+            let share = debt.div_ceil(self.shards.len() as u64);
             let mut round = 0;
             for s in self.shards.iter() {
                 if self.budget.free() >= 0 {
@@ -735,6 +736,23 @@ mod tests {
             assert!(
                 len <= 1000 && cap <= 2 * 250.max(len),
                 "room {cap} for {len}"
+            );
+        }
+        // With weights the share is weight, not entries: the room follows what is held.
+        let heavy: Cache<u64, u64> = Cache::builder(100_000_000)
+            .shards(4)
+            .weigher(|_, _| 1000)
+            .build();
+        for k in 0..100_000 {
+            assert_eq!(heavy.insert(k, k, Duration::MAX), Ok(true));
+        }
+        heavy.set_capacity(1_000_000);
+        // Each shard gave its share of weight, not all it had (about 250 entries stay in each).
+        for (cap, len) in room(&heavy) {
+            assert!(len >= 100, "a weighted shrink emptied a shard: {len} left");
+            assert!(
+                len <= 1000 && cap <= 2 * len.max(4),
+                "weighted: room {cap} for {len}"
             );
         }
         for k in 0..2000 {

@@ -1023,16 +1023,21 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             .map(|st| st.minis.clone())
     }
 
-    /// Evicts up to `count` entries by the eviction policy, stopping early once the budget is
-    /// out of debt (a shrink in progress); gives their weight back. Returns how many it evicted.
-    pub(crate) fn evict_for_budget(&self, count: usize, now: u64, cfg: &ShardConfig) -> usize {
+    /// Evicts entries worth up to `weight` units (entries without a weigher) by the eviction
+    /// policy, stopping early once the budget is out of debt (a shrink in progress); gives
+    /// their weight back. Returns how many it evicted. (It counted entries against a share of
+    /// weight: with a weigher a shrink emptied the first shards whole, their recent entries
+    /// with the rest, and kept the last ones' oldest.)
+    pub(crate) fn evict_for_budget(&self, weight: u64, now: u64, cfg: &ShardConfig) -> usize {
         let mut t = self.table.write();
         let mut evicted = Evicted::new();
-        while evicted.len() < count {
+        let mut freed = 0;
+        while freed < weight {
             let before = t.weight;
             let Some(victim) = t.evict_one(now, cfg, &mut None) else {
                 break;
             };
+            freed += before - t.weight;
             self.budget.give(before - t.weight);
             self.count_removal(&victim, now);
             evicted.push(victim);

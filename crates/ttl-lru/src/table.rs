@@ -1354,12 +1354,19 @@ impl<K: Eq + Hash, V> Table<K, V> {
     }
 
     /// Gives back the memory of entries a shrink removed: arrays and index whose room is more
-    /// than twice what the shard holds and is expected to hold (`share`) are shrunk to that
+    /// than twice what the shard holds and is expected to hold (`share`, without a weigher)
+    /// are shrunk to that
     /// (the index rehashes what it keeps). Without it a cache shrunk from 1M entries to 1,000
     /// kept the arrays of 1M, so a memory-pressure watcher that shrank it saw no memory come
     /// back. O(entries), under the shard's lock: for `set_capacity`, not for a hot path.
     pub(crate) fn compact(&mut self, share: usize) {
-        let keep = self.len().max(share);
+        // `share` counts units of capacity: entries, or weight with a weigher, where it says
+        // nothing about how many entries the shard will hold (it is only kept room for).
+        let keep = if self.columns.weighted {
+            self.len()
+        } else {
+            self.len().max(share)
+        };
         fn shrink<T>(v: &mut Vec<T>, keep: usize) {
             if v.capacity() > 2 * keep.max(4) {
                 v.shrink_to(keep);
