@@ -256,7 +256,10 @@ where
 
     /// For this long after an entry's TTL, read-through callers get the stale value at once while
     /// one background refresh runs; a failed refresh keeps the stale value (stale-if-error). A
-    /// refresh with no timeout of its own is abandoned if still running when the window ends.
+    /// refresh with no timeout of its own is abandoned if still running when the window ends,
+    /// which takes tokio's timer: refreshes run in a runtime with the time driver enabled
+    /// (`enable_time`, `enable_all`, `#[tokio::main]`); in one without it, tokio panics in the
+    /// refresh's task (it offers no way to check first).
     /// `lookup` also returns such entries, marked stale; `get` does not. Default 0.
     pub fn stale_while_revalidate(mut self, window: Duration) -> Self {
         self.stale_while_revalidate = window;

@@ -558,14 +558,19 @@ where
         let now = self.clock.now_ms();
         let mut evicted = 0;
         while self.budget.free() < 0 {
-            let debt = self.budget.free().unsigned_abs();
-            let share = debt.div_ceil(self.shards.len() as u64);
+            // Each shard gives in proportion to what it holds, so the shrink keeps the same
+            // share of every shard (an even split of the debt emptied the shards holding less
+            // than their split, their recent entries with the rest).
+            let debt = u128::from(self.budget.free().unsigned_abs());
+            let weights: Vec<u64> = self.shards.iter().map(|s| s.weight()).collect();
+            let held = u128::from(weights.iter().sum::<u64>()).max(1);
             let mut round = 0;
-            for s in self.shards.iter() {
+            for (s, &weight) in self.shards.iter().zip(&weights) {
                 if self.budget.free() >= 0 {
                     break;
                 }
-                round += s.evict_for_budget(share, now, &self.cfg);
+                let share = (debt * u128::from(weight)).div_ceil(held).max(1);
+                round += s.evict_for_budget(share as u64, now, &self.cfg);
             }
             evicted += round;
             if round == 0 {

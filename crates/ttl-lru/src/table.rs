@@ -1081,11 +1081,22 @@ impl<K: Eq + Hash, V> Table<K, V> {
             let c = self.settle_region(st, true, now, exclude);
             let v = self.main_victim(st, now, exclude);
             match (c, v) {
-                // Main's victim went idle since it was pooled: it leaves without a duel.
-                (_, Some(v)) if self.idle_expired(v, now) => Pick::Evict {
-                    at: v,
-                    window: (st.window_len as f64) < st.target,
-                },
+                // Main's victim went idle since it was pooled: it leaves without a duel, and
+                // the window's candidate, taken from its pool for the duel, goes back to it.
+                (c, Some(v)) if self.idle_expired(v, now) => {
+                    if let Some(c) = c {
+                        let rank = self.rank(c, now);
+                        st.window_pool.offer(Candidate {
+                            rank,
+                            idx: c.encode(),
+                            freq: 0,
+                        });
+                    }
+                    Pick::Evict {
+                        at: v,
+                        window: (st.window_len as f64) < st.target,
+                    }
+                }
                 (Some(c), Some(v)) => {
                     if self.count_at(st, c) > self.victim_frequency(st, v) {
                         // The window's candidate joins main; main's victim leaves.
