@@ -83,7 +83,15 @@ pub enum ConfigError {
     /// A zero timeout would fail every call.
     #[error("the {0} must be greater than zero")]
     ZeroTimeout(&'static str),
+    /// A duration over [`MAX_SETTING`]: none means "never" here, and a larger one overflowed
+    /// clocks (tokio's interval panicked in the backplane's task, an acknowledgement wait
+    /// panicked after its invalidation had run) or was refused by Redis on every call.
+    #[error("the {0} must be at most 365 days")]
+    TooLong(&'static str),
 }
+
+/// The longest duration a setting of this crate takes (365 days).
+pub const MAX_SETTING: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// Builds a [`RedisLease`].
 #[derive(Debug, Clone)]

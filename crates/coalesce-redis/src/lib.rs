@@ -50,7 +50,7 @@ mod second_level;
 pub mod test_server;
 
 pub use backplane::BackplaneStats;
-pub use lease::{ConfigError, RedisLease, RedisLeaseBuilder};
+pub use lease::{ConfigError, MAX_SETTING, RedisLease, RedisLeaseBuilder};
 pub use second_level::{REDIS_MAX_VALUE_LEN, RedisSecondLevel, RedisSecondLevelBuilder};
 
 /// The user guide's fleet recipe (`docs/guide/fleet.md`), compiled and run as a doc test so that

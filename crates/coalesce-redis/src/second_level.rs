@@ -34,7 +34,7 @@ use ttl_lru::second_level::{Invalidated, L1Sink, L2Entry, L2Error, SecondLevel, 
 
 use crate::backplane::{self, Backplane, BackplaneStats};
 use crate::connection::Connector;
-use crate::lease::ConfigError;
+use crate::lease::{ConfigError, MAX_SETTING};
 
 /// Value and remaining ttl in one round trip (`PTTL` -1: no expiry); a value stamped under
 /// the floor (`KEYS[2]`), or without a stamp, reads as missing.
@@ -277,6 +277,9 @@ impl RedisSecondLevelBuilder {
         ] {
             if limit.is_zero() {
                 return Err(ConfigError::ZeroTimeout(what));
+            }
+            if limit > MAX_SETTING {
+                return Err(ConfigError::TooLong(what));
             }
         }
         let client = redis::Client::open(self.url.as_str()).map_err(ConfigError::Url)?;
@@ -596,6 +599,42 @@ impl SecondLevel for RedisSecondLevel {
     fn attach(&self, sink: Weak<dyn L1Sink>) {
         if let Some(backplane) = &self.backplane {
             backplane.attach(sink);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every duration setting is refused at zero and past `MAX_SETTING`: `Duration::MAX` as a
+    /// ping interval panicked tokio's interval in the backplane's task (which then stayed
+    /// "subscribed" and never re-subscribed), as an ack timeout panicked an acknowledgement
+    /// wait after its invalidation ran, and as a version ttl was refused by Redis every time.
+    #[test]
+    fn durations_past_the_maximum_are_refused_at_build() {
+        type Set = fn(RedisSecondLevelBuilder, Duration) -> RedisSecondLevelBuilder;
+        let settings: [(&str, Set); 5] = [
+            ("connect timeout", RedisSecondLevelBuilder::connect_timeout),
+            ("command timeout", RedisSecondLevelBuilder::command_timeout),
+            ("ack timeout", RedisSecondLevelBuilder::ack_timeout),
+            ("ping interval", RedisSecondLevelBuilder::ping_interval),
+            ("version ttl", RedisSecondLevelBuilder::version_ttl),
+        ];
+        for (name, set) in settings {
+            for bad in [MAX_SETTING + Duration::from_secs(1), Duration::MAX] {
+                let built = set(RedisSecondLevel::builder("redis://127.0.0.1:1/"), bad).build();
+                assert!(
+                    matches!(built, Err(ConfigError::TooLong(what)) if what == name),
+                    "{name} = {bad:?}"
+                );
+            }
+            let fine = set(
+                RedisSecondLevel::builder("redis://127.0.0.1:1/"),
+                MAX_SETTING,
+            )
+            .build();
+            assert!(fine.is_ok(), "{name} = {MAX_SETTING:?}");
         }
     }
 }
