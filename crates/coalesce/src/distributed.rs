@@ -7,8 +7,10 @@
 //! The rules (cachekit's distributed fill lock, in its `flight.rs`): suppression is an optimisation,
 //! never an availability dependency. A lease service that errs or answers late means "fill now"
 //! (traced). A lease held by another process means "re-check the shared cache every
-//! `poll_interval`", and fill anyway once one lease time-to-live has passed since this process's
-//! own attempt, so a holder that died costs at most one `ttl`.
+//! `poll_interval`" for as long as it stays held: a holder that died loses it within one `ttl`
+//! (then this process takes it), and a live holder renews it while its fill runs, so a fill
+//! longer than `ttl` is not duplicated. A lease still held after `max_wait` (default six `ttl`s:
+//! a holder whose fill hangs while it keeps renewing) is filled past anyway.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -41,8 +43,10 @@ type LeaseKeyFn<K> = dyn Fn(&K) -> String + Send + Sync;
 ///   process's next leader for the key waits for that release first and never finds its own
 ///   stale lease.
 /// - **Held elsewhere**: call the caller's `recheck` ("is it in the shared cache yet?") every
-///   `poll_interval`, trying the lease again after each miss, until one `ttl` has passed since
-///   this process's first attempt; then fill anyway.
+///   `poll_interval`, trying the lease again after each miss: a holder that died loses its lease
+///   within one `ttl` and this process takes it; a live holder renews it, and this process waits
+///   until `max_wait` (default six `ttl`s) has passed since its first attempt, then fills
+///   anyway.
 /// - **Lease error or timeout** (`lease_timeout`): fill at once, traced with `tracing` (fail
 ///   open).
 ///
@@ -91,6 +95,15 @@ struct Settings {
     ttl: Duration,
     poll_interval: Duration,
     lease_timeout: Duration,
+    /// `None`: six `ttl`s.
+    max_wait: Option<Duration>,
+}
+
+impl Settings {
+    /// How long a process waits for a lease held elsewhere before it fills anyway.
+    fn max_wait(&self) -> Duration {
+        self.max_wait.unwrap_or(self.ttl.saturating_mul(6))
+    }
 }
 
 impl Default for Settings {
@@ -99,6 +112,7 @@ impl Default for Settings {
             ttl: Duration::from_secs(5),
             poll_interval: Duration::from_millis(100),
             lease_timeout: Duration::from_millis(200),
+            max_wait: None,
         }
     }
 }
@@ -152,11 +166,20 @@ impl fmt::Debug for DistributedBuilder {
 }
 
 impl DistributedBuilder {
-    /// The lease's time-to-live, and how long a process waits for another's lease before it
-    /// fills anyway. Default 5 s. Make it longer than a typical fill; 1 ms to 24 h
-    /// ([`build`](Self::build) refuses others).
+    /// The lease's time-to-live: how long a lease outlives a holder that died (a live holder
+    /// renews it every third of it while its fill runs). Default 5 s. Make it longer than a
+    /// typical fill; 1 ms to 24 h ([`build`](Self::build) refuses others).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.settings.ttl = ttl;
+        self
+    }
+
+    /// How long a process waits for a lease another process keeps renewing before it fills
+    /// anyway (a holder whose fill hangs). Default six `ttl`s. It used to be one `ttl`, so
+    /// every process waiting on a fill longer than `ttl` filled again, although the holder was
+    /// renewing its lease precisely so that none would.
+    pub fn max_wait(mut self, limit: Duration) -> Self {
+        self.settings.max_wait = Some(limit);
         self
     }
 
@@ -195,6 +218,7 @@ impl DistributedBuilder {
             ttl,
             poll_interval,
             lease_timeout,
+            max_wait: _,
         } = self.settings;
         if ttl < MIN_LEASE_TTL {
             return Err(SettingsError::TtlTooShort(ttl));
@@ -564,7 +588,7 @@ impl Shared {
         WFut: Future<Output = ()>,
     {
         self.await_pending_release(lease_key).await;
-        let deadline = saturating_deadline(Instant::now(), self.settings.ttl);
+        let deadline = saturating_deadline(Instant::now(), self.settings.max_wait());
         let mut first = true;
         loop {
             // Armed before the lease attempt: a wake sent after the holder's answer and before
@@ -640,7 +664,7 @@ impl Shared {
                 bump(&self.counters.filled_after_wait);
                 tracing::debug!(
                     lease_key,
-                    "fill lease still held after one ttl; filling anyway"
+                    "fill lease still held after max_wait; filling anyway"
                 );
                 return Step::Fill;
             }

@@ -236,8 +236,9 @@ where
 ///    never longer than L2 keeps it).
 /// 3. **L2 miss**: with a fleet lease, the leader takes it (or waits for the holder, re-checking
 ///    L2 when the holder's write is announced on the backplane ([`L1Sink::filled_encoded`]) and
-///    every poll interval in case the announcement is lost, then fills anyway after one lease
-///    ttl); without one it fills.
+///    every poll interval in case the announcement is lost; a holder that died loses its lease
+///    within one lease ttl, a live one renews it while its fill runs, and a lease still held
+///    after the lease's `max_wait` is filled past anyway); without one it fills.
 /// 4. **Fill**: the origin's value is written to L2 only if the key's version is still the one
 ///    read in step 2 (a compare-and-set in L2), then to L1 through the cache's own fence. If the
 ///    version moved (the key was invalidated somewhere in the fleet meanwhile), the value goes to
