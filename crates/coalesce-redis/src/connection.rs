@@ -3,7 +3,7 @@
 //! Redis does.
 
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use coalesce::LeaseError;
@@ -12,8 +12,12 @@ use tokio::time::{Instant, timeout};
 
 /// One multiplexed connection shared by every call, replaced after a failure.
 ///
-/// - No connection yet, or the last one failed: the next call connects (one connect at a time;
-///   concurrent callers wait for it, bounded by `connect_timeout`).
+/// - No connection yet, or the last one failed: a call starts a connect on a task of its own
+///   (one at a time) and waits for it, bounded by `connect_timeout`; concurrent callers wait
+///   for the same one. The connect runs to its end even if every caller gave up: a connect
+///   slower than the callers' own limits (a lease's 200 ms, a second level's 100 ms) used to
+///   be dropped with each caller and started again by the next, never finishing and never
+///   starting the back-off.
 /// - A connect that failed starts a back-off of `reconnect_backoff`, during which calls fail at
 ///   once instead of each waiting on a dead address.
 /// - A command that fails with an I/O error or times out drops the connection.
@@ -22,9 +26,9 @@ pub(crate) struct Connector {
     connect_timeout: Duration,
     command_timeout: Duration,
     reconnect_backoff: Duration,
-    state: Mutex<State>,
-    /// Serialises connect attempts (held across the connect's await: a tokio mutex).
-    connecting: tokio::sync::Mutex<()>,
+    state: Arc<Mutex<State>>,
+    /// Bumped as each connect attempt ends (connected or failed): its waiters look again.
+    attempts: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 #[derive(Default)]
@@ -32,6 +36,8 @@ struct State {
     connection: Option<MultiplexedConnection>,
     /// After a failed connect: fail fast until then.
     down_until: Option<Instant>,
+    /// A connect attempt is running on its task.
+    connecting: bool,
 }
 
 /// Why a connect produced no connection, shared with callers that arrive during the back-off.
@@ -53,24 +59,21 @@ impl Connector {
             connect_timeout,
             command_timeout,
             reconnect_backoff,
-            state: Mutex::new(State::default()),
-            connecting: tokio::sync::Mutex::new(()),
+            state: Arc::new(Mutex::new(State::default())),
+            attempts: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        // Nothing panics while holding this lock; recover anyway rather than poison the lease.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.state)
     }
 
     /// Runs `command` on the shared connection, connecting first if needed. Takes at most
     /// `connect_timeout` (plus the wait for a concurrent connect) plus `command_timeout`.
     ///
     /// # Cancellation
-    /// Dropped while connecting: the connect is abandoned (another caller will retry). Dropped
-    /// while the command is in flight: the command may still reach Redis.
+    /// Dropped while waiting for a connect: the connect goes on, on its own task, for the next
+    /// call. Dropped while the command is in flight: the command may still reach Redis.
     pub(crate) async fn run<T, F, Fut>(&self, command: F) -> Result<T, LeaseError>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
@@ -101,40 +104,74 @@ impl Connector {
     }
 
     async fn connection(&self) -> Result<MultiplexedConnection, LeaseError> {
-        if let Some(connection) = self.ready()? {
-            return Ok(connection);
+        // Subscribed before looking: an attempt that ends after the look wakes the wait below.
+        let mut ended = self.attempts.subscribe();
+        let deadline = Instant::now().checked_add(self.connect_timeout);
+        loop {
+            if let Some(connection) = self.ready()? {
+                return Ok(connection);
+            }
+            self.start_connect();
+            let wait = ended.changed();
+            let waited = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, wait).await,
+                None => Ok(wait.await),
+            };
+            // An attempt ended (look again: a connection, or the back-off's error), or the
+            // wait ran out (the attempt goes on for the next call).
+            if waited.is_err() {
+                return Err(LeaseError::TimedOut(self.connect_timeout));
+            }
         }
-        let Ok(_connecting) = timeout(self.connect_timeout, self.connecting.lock()).await else {
-            return Err(LeaseError::TimedOut(self.connect_timeout));
-        };
-        // Someone else may have connected (or failed) while we waited.
-        if let Some(connection) = self.ready()? {
-            return Ok(connection);
+    }
+
+    /// Starts a connect attempt on its own task unless one is running.
+    fn start_connect(&self) {
+        {
+            let mut state = self.state();
+            if state.connecting {
+                return;
+            }
+            state.connecting = true;
         }
+        let (client, state, attempts) = (
+            self.client.clone(),
+            Arc::clone(&self.state),
+            Arc::clone(&self.attempts),
+        );
+        let (connect_timeout, backoff) = (self.connect_timeout, self.reconnect_backoff);
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.command_timeout));
-        let attempt = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config);
-        let failure = match timeout(self.connect_timeout, attempt).await {
-            Ok(Ok(connection)) => {
-                let mut state = self.state();
-                state.connection = Some(connection.clone());
-                state.down_until = None;
-                return Ok(connection);
+        tokio::spawn(async move {
+            let attempt = client.get_multiplexed_async_connection_with_config(&config);
+            let outcome = match timeout(connect_timeout, attempt).await {
+                Ok(Ok(connection)) => Ok(connection),
+                Ok(Err(error)) => Err(LeaseError::unavailable(error)),
+                Err(_elapsed) => Err(LeaseError::TimedOut(connect_timeout)),
+            };
+            {
+                let mut state = lock(&state);
+                state.connecting = false;
+                match outcome {
+                    Ok(connection) => {
+                        state.connection = Some(connection);
+                        state.down_until = None;
+                    }
+                    Err(failure) => {
+                        tracing::debug!(error = %failure, ?backoff, "redis connect failed");
+                        // A back-off too large to represent means: stay down (never a panic on
+                        // a setting).
+                        let now = Instant::now();
+                        state.down_until =
+                            Some(now.checked_add(backoff).unwrap_or_else(|| {
+                                now + Duration::from_secs(30 * 365 * 24 * 3600)
+                            }));
+                    }
+                }
             }
-            Ok(Err(error)) => LeaseError::unavailable(error),
-            Err(_elapsed) => LeaseError::TimedOut(self.connect_timeout),
-        };
-        tracing::debug!(error = %failure, backoff = ?self.reconnect_backoff, "redis connect failed");
-        // A back-off too large to represent means: stay down (never a panic on a setting).
-        let now = Instant::now();
-        self.state().down_until = Some(
-            now.checked_add(self.reconnect_backoff)
-                .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 24 * 3600)),
-        );
-        Err(failure)
+            attempts.send_modify(|n| *n += 1);
+        });
     }
 
     /// The live connection, `None` when a connect should be tried, or the back-off error.
@@ -150,4 +187,11 @@ impl Connector {
             _ => Ok(None),
         }
     }
+}
+
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    // Nothing panics while holding this lock; recover anyway rather than poison the lease.
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -275,3 +275,47 @@ pub(crate) async fn a_redis_that_never_answers_costs_a_timeout_not_a_hang() {
     assert_eq!(proc.stats().failed_open, 1);
     drop(silent);
 }
+
+/// A connect slower than the callers' own limit (here each call gives up after 50 ms, the
+/// connect takes about 150 ms: a Redis across a region, or TLS) still completes on its own
+/// task, and the calls after it use the connection. Before, each call's connect was dropped
+/// with the call and the next started over: no call ever got a connection, and no back-off
+/// started either (every call paid its full limit).
+pub(crate) async fn a_connect_slower_than_the_callers_limit_still_completes(server: RedisServer) {
+    let target = server.port();
+    let delaying = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("redis://{}/", delaying.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = delaying.accept().await {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                let Ok(mut redis) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut redis).await;
+            });
+        }
+    });
+    let lease = Arc::new(
+        RedisLease::builder(&url)
+            .connect_timeout(Duration::from_secs(5))
+            .command_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap(),
+    );
+    let mut granted = false;
+    for _ in 0..100 {
+        let answer = tokio::time::timeout(
+            Duration::from_millis(50),
+            lease.try_acquire("k", HANG_GUARD),
+        )
+        .await;
+        if let Ok(Ok(Acquire::Acquired(_))) = answer {
+            granted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(granted, "no call within 50 ms ever got a connection");
+}

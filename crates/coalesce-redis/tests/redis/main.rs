@@ -42,6 +42,13 @@ fn main() -> std::process::ExitCode {
             1,
             |server| Box::pin(lease::the_lease_reconnects_when_redis_comes_back(server)),
         ),
+        Case::redis(
+            "lease::a_connect_slower_than_the_callers_limit_still_completes",
+            2,
+            |server| {
+                Box::pin(lease::a_connect_slower_than_the_callers_limit_still_completes(server))
+            },
+        ),
         Case::plain(
             "lease::a_redis_that_never_answers_costs_a_timeout_not_a_hang",
             1,
