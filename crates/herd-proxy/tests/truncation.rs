@@ -182,14 +182,7 @@ async fn an_http2_range_of_a_body_still_arriving_ends_at_its_last_byte() {
     let first = get_simple(proxy_addr, "/obj").await;
     let mut first_body = first.into_body();
     read_prefix(&mut first_body, PREFIX).await;
-    let stream = tokio::net::TcpStream::connect(proxy_addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let mut sender = h2_sender(proxy_addr).await;
     let request = http::Request::get("http://test.local/obj")
         .version(http::Version::HTTP_2)
         .header("range", "bytes=0-9")
@@ -208,6 +201,21 @@ async fn an_http2_range_of_a_body_still_arriving_ends_at_its_last_byte() {
         .await
         .expect("hang guard");
     assert!(rest.is_err());
+}
+
+/// An HTTP/2 (h2c, prior knowledge) connection to the proxy, its driver spawned.
+async fn h2_sender(
+    proxy: std::net::SocketAddr,
+) -> hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>> {
+    let stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    sender
 }
 
 struct Curl {
@@ -387,14 +395,7 @@ async fn http2_client_sees_a_stream_error_when_the_origin_dies() {
     let gate = Gate::new();
     let origin = Origin::start(dying_origin(Framing::Length, Death::Reset, gate.clone())).await;
     let (proxy_addr, proxy) = proxy(origin.addr, |_| {}).await;
-    let stream = tokio::net::TcpStream::connect(proxy_addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let mut sender = h2_sender(proxy_addr).await;
     let request = || {
         http::Request::get("http://test.local/obj")
             .version(http::Version::HTTP_2)

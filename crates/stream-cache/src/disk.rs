@@ -942,6 +942,22 @@ impl DiskShared {
         index.used -= write.charged.swap(0, Ordering::Relaxed);
     }
 
+    /// Charges a new write's head (`len` bytes), evicting complete objects to make room; with
+    /// none, aborts the write (`TooLarge`, which `begin_write` turns into `NoRoom`). Returns
+    /// whether it was charged.
+    fn charge_head(&self, index: &mut Index, write: &ActiveWrite, len: u64) -> bool {
+        index.make_room(len, self.capacity, &self.layout);
+        if index.used + len > self.capacity {
+            write.cell.abort(AbortReason::TooLarge {
+                limit: self.capacity,
+            });
+            return false;
+        }
+        index.used += len;
+        write.charged.store(len, Ordering::Relaxed);
+        true
+    }
+
     /// Charge `n` more bytes of `write`'s temp file, evicting complete objects to make room.
     fn reserve(&self, write: &ActiveWrite, n: u64) -> Result<(), AbortReason> {
         let mut index = self.lock_index();
@@ -1171,14 +1187,7 @@ impl Storage for DiskStorage {
                 // their open files). A previous write in progress keeps going for the readers
                 // bound to it but will not publish.
                 index.drop_object(key, &shared.layout);
-                index.make_room(header.len() as u64, shared.capacity, &shared.layout);
-                if index.used + header.len() as u64 > shared.capacity {
-                    write.cell.abort(AbortReason::TooLarge {
-                        limit: shared.capacity,
-                    });
-                } else {
-                    index.used += header.len() as u64;
-                    write.charged.store(header.len() as u64, Ordering::Relaxed);
+                if shared.charge_head(&mut index, &write, header.len() as u64) {
                     index.active.insert(key.clone(), Arc::clone(&write));
                 }
             } else if admission == Admission::Purged {
@@ -1186,15 +1195,7 @@ impl Storage for DiskStorage {
             } else {
                 // Superseded: never indexed, but its file is real disk space, which must fit
                 // as any write's (it was charged without a check, one head over capacity).
-                index.make_room(header.len() as u64, shared.capacity, &shared.layout);
-                if index.used + header.len() as u64 > shared.capacity {
-                    write.cell.abort(AbortReason::TooLarge {
-                        limit: shared.capacity,
-                    });
-                } else {
-                    index.used += header.len() as u64;
-                    write.charged.store(header.len() as u64, Ordering::Relaxed);
-                }
+                shared.charge_head(&mut index, &write, header.len() as u64);
             }
         }
         drop(fence);

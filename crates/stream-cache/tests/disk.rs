@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use common::{TempDir, drain, object_files};
 use stream_cache::{
-    AbortReason, DiskStorage, Durability, ObjectMeta, Storage, StorageError, WriteError,
+    AbortReason, BodyWriter, DiskStorage, Durability, ObjectMeta, Storage, StorageError, WriteError,
 };
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -26,6 +26,30 @@ async fn store(storage: &DiskStorage, key: &str, meta: ObjectMeta, body: &[u8]) 
         writer.write(Bytes::copy_from_slice(piece)).await.unwrap();
     }
     writer.finish().await.unwrap()
+}
+
+/// Fills `storage` to its last byte with two writes in progress (one object may not be that
+/// large: the per-object limit is below the capacity), and returns them.
+async fn fill_to_capacity(storage: &DiskStorage, capacity: u64) -> Vec<Box<dyn BodyWriter>> {
+    let mut filling = Vec::new();
+    for name in ["filling 1", "filling 2"] {
+        let key = name.into();
+        filling.push(
+            storage
+                .begin_write(&key, ObjectMeta::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let left = capacity - storage.used_bytes();
+    for (i, w) in filling.iter_mut().enumerate() {
+        let part = if i == 0 { left / 2 } else { left - left / 2 };
+        w.write(Bytes::from(pattern(part as usize, 3)))
+            .await
+            .unwrap();
+    }
+    assert_eq!(storage.used_bytes(), capacity);
+    filling
 }
 
 async fn body_of(storage: &DiskStorage, key: &str) -> Option<Vec<u8>> {
@@ -221,23 +245,7 @@ async fn a_write_that_cannot_fit_evicts_nothing() {
     let dir = TempDir::new();
     let storage = DiskStorage::open(dir.path(), capacity).await.unwrap();
     store(&storage, "k", ObjectMeta::default(), b"old body").await;
-    let mut filling = Vec::new();
-    for name in ["filling 1", "filling 2"] {
-        filling.push(
-            storage
-                .begin_write(&name.into(), ObjectMeta::default())
-                .await
-                .unwrap(),
-        );
-    }
-    let left = capacity - storage.used_bytes();
-    for (i, w) in filling.iter_mut().enumerate() {
-        let part = if i == 0 { left / 2 } else { left - left / 2 };
-        w.write(Bytes::from(pattern(part as usize, 3)))
-            .await
-            .unwrap();
-    }
-    assert_eq!(storage.used_bytes(), capacity);
+    let filling = fill_to_capacity(&storage, capacity).await;
     let big_head = ObjectMeta::new(vec![b'm'; 4096]);
     let refused = storage.begin_write(&"k".into(), big_head).await;
     assert!(
@@ -257,23 +265,7 @@ async fn a_write_that_cannot_fit_evicts_nothing() {
         .begin_write(&"late".into(), ObjectMeta::default())
         .await
         .unwrap();
-    let mut filling = Vec::new();
-    for name in ["filling 1", "filling 2"] {
-        filling.push(
-            storage
-                .begin_write(&name.into(), ObjectMeta::default())
-                .await
-                .unwrap(),
-        );
-    }
-    let left = capacity - storage.used_bytes();
-    for (i, w) in filling.iter_mut().enumerate() {
-        let part = if i == 0 { left / 2 } else { left - left / 2 };
-        w.write(Bytes::from(pattern(part as usize, 4)))
-            .await
-            .unwrap();
-    }
-    assert_eq!(storage.used_bytes(), capacity);
+    let filling = fill_to_capacity(&storage, capacity).await;
     let late = storage
         .begin_write_fenced(&"late".into(), ObjectMeta::default(), old_fence)
         .await;
