@@ -277,6 +277,7 @@ case_table!(
     renew_extends_the_lease,
     stranger_renew_is_a_noop,
     renew_after_expiry_is_refused,
+    expired_owner_cannot_renew_the_successor,
     invalid_ttl_is_a_typed_error,
     service_down_answers_errors_promptly,
 );
@@ -394,6 +395,28 @@ pub async fn expired_owner_cannot_release_the_successor(ctx: Ctx) -> CaseResult 
         .await?;
     let released = ctx.release(&key, &new).await?;
     ctx.ensure(released, "the new owner's release to work", "false")
+}
+
+/// An owner whose lease expired and was taken by another must not renew the new owner's lease
+/// either (its extension would outlive the new owner's intent, and keep the key from the next
+/// one): the renew returns false and the successor's lease is as it was.
+pub async fn expired_owner_cannot_renew_the_successor(ctx: Ctx) -> CaseResult {
+    let (key, long) = (ctx.key("k"), ctx.settings.long_ttl);
+    let old = ctx.acquire(&key, ctx.settings.short_ttl).await?;
+    ctx.outlive_short_ttl().await;
+    let new = ctx.acquire(&key, ctx.settings.short_ttl).await?;
+    let renewed = ctx.renew(&key, &old, long).await?;
+    ctx.ensure(
+        !renewed,
+        "the expired owner's renew to return false",
+        "true",
+    )?;
+    // Not extended: the successor's short lease still runs out on time.
+    ctx.outlive_short_ttl().await;
+    let after = ctx.acquire(&key, long).await?;
+    let released = ctx.release(&key, &new).await?;
+    ctx.ensure(!released, "the successor's lease to have expired", "true")?;
+    ctx.release(&key, &after).await.map(drop)
 }
 
 /// A lease that is not released is free again after its ttl, and not before.

@@ -211,7 +211,14 @@ async fn a_renew_that_ignores_the_owner_is_caught() {
         renew_ignores_owner: true,
         ..Bugs::default()
     };
-    assert_caught(bugs, &["stranger_renew_is_a_noop"]).await;
+    assert_caught(
+        bugs,
+        &[
+            "stranger_renew_is_a_noop",
+            "expired_owner_cannot_renew_the_successor",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -312,6 +319,7 @@ async fn a_lease_without_renew_or_outage_switch_skips_those_cases() {
     assert_eq!(
         skipped,
         [
+            "expired_owner_cannot_renew_the_successor",
             "renew_after_expiry_is_refused",
             "renew_extends_the_lease",
             "service_down_answers_errors_promptly",
