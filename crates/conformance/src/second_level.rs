@@ -103,7 +103,8 @@ pub struct Settings {
     pub short_ttl: Duration,
     /// The ttl of values that must not expire during a case (default 60 s).
     pub long_ttl: Duration,
-    /// Concurrent fenced writers racing an invalidation (default 16).
+    /// Concurrent fenced writers, sent after an invalidation and together with one (default
+    /// 16).
     pub writers: usize,
 }
 
@@ -256,6 +257,7 @@ case_table!(
     invalidate_changes_the_version_and_deletes,
     write_fenced_by_an_invalidation_is_refused,
     concurrent_fenced_writes_after_an_invalidation_all_fail,
+    fenced_writes_racing_an_invalidation_never_outlive_it,
     versions_never_repeat,
     keys_are_independent,
     invalidation_reaches_the_other_handles_sinks,
@@ -434,6 +436,39 @@ pub async fn concurrent_fenced_writes_after_an_invalidation_all_fail(ctx: Ctx) -
     )?;
     let got = ctx.ok("get", ctx.b.get(&key)).await?;
     ctx.ensure(got.is_none(), "nothing readable", format!("{got:?}"))
+}
+
+/// Fenced writes at the pre-invalidation version sent together with the invalidation: each
+/// either landed before it (and the invalidation deleted it) or is refused after it, so nothing
+/// is readable once all are done. A `set_if_version` that checks the version and then stores in
+/// a second step lets a write checked before the invalidation store after it.
+pub async fn fenced_writes_racing_an_invalidation_never_outlive_it(ctx: Ctx) -> CaseResult {
+    let (key, long) = (ctx.key(b"k"), ctx.settings.long_ttl);
+    let version = ctx.ok("version", ctx.a.version(&key)).await?;
+    let writes = (0..ctx.settings.writers).map(|i| {
+        let handle = if i % 2 == 0 { &ctx.a } else { &ctx.b };
+        ctx.ok(
+            "set_if_version",
+            handle.set_if_version(&key, version, b"old", long),
+        )
+    });
+    // The writes are polled first: a two-step write has checked the version when the
+    // invalidation runs.
+    let (stored, invalidated) = futures::future::join(
+        join_all(writes),
+        ctx.ok("invalidate", ctx.b.invalidate(&key)),
+    )
+    .await;
+    invalidated?;
+    for result in stored {
+        result?;
+    }
+    let got = ctx.ok("get", ctx.a.get(&key)).await?;
+    ctx.ensure(
+        got.is_none(),
+        "no write fenced at the old version readable after the invalidation",
+        format!("{got:?}"),
+    )
 }
 
 /// Each invalidation gives a version never seen before for the key.

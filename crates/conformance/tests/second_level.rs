@@ -49,6 +49,8 @@ struct Bugs {
     truncates_keys: bool,
     /// `invalidate_all` only tells the sinks: values and versions survive it.
     shallow_invalidate_all: bool,
+    /// `set_if_version` reads the version, yields, then stores: not atomic with `invalidate`.
+    check_then_set: bool,
 }
 
 struct Broken {
@@ -119,6 +121,15 @@ impl SecondLevel for Broken {
         ttl: Duration,
     ) -> Result<bool, L2Error> {
         self.gate().await?;
+        if self.bugs.check_then_set {
+            let current = self.inner.version(self.key(key)).await?;
+            tokio::task::yield_now().await;
+            if current != version {
+                return Ok(false);
+            }
+            self.inner.set(self.key(key), value, self.ttl(ttl)).await?;
+            return Ok(true);
+        }
         if self.bugs.unfenced_write || self.bugs.invalidate_keeps_version {
             self.inner.set(self.key(key), value, self.ttl(ttl)).await?;
             return Ok(true);
@@ -187,13 +198,20 @@ async fn failed_cases(bugs: Bugs) -> Vec<&'static str> {
 
 #[tokio::test(start_paused = true)]
 async fn each_broken_store_fails_the_case_that_catches_it() {
-    let cases: [(Bugs, &[&str]); 8] = [
+    let cases: [(Bugs, &[&str]); 9] = [
         (
             Bugs {
                 shallow_invalidate_all: true,
                 ..Bugs::default()
             },
             &["invalidate_all_drops_every_value_and_fences_every_version"],
+        ),
+        (
+            Bugs {
+                check_then_set: true,
+                ..Bugs::default()
+            },
+            &["fenced_writes_racing_an_invalidation_never_outlive_it"],
         ),
         (
             Bugs {
