@@ -157,13 +157,17 @@ fn run_nonce() -> String {
 #[derive(Default)]
 struct Recorder {
     keys: parking_lot::Mutex<Vec<Vec<u8>>>,
+    /// `invalidate_all` calls heard.
+    all: std::sync::atomic::AtomicUsize,
 }
 
 impl L1Sink for Recorder {
     fn invalidate_encoded(&self, key: &[u8]) {
         self.keys.lock().push(key.to_vec());
     }
-    fn invalidate_all(&self) {}
+    fn invalidate_all(&self) {
+        self.all.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Ctx {
@@ -261,6 +265,8 @@ case_table!(
     versions_never_repeat,
     keys_are_independent,
     invalidation_reaches_the_other_handles_sinks,
+    invalidate_all_reaches_the_other_handles_sinks,
+    a_value_without_expiry_reports_none,
     invalidate_all_drops_every_value_and_fences_every_version,
     invalid_ttl_is_a_typed_error,
     store_down_answers_errors_promptly,
@@ -540,6 +546,56 @@ pub async fn invalidation_reaches_the_other_handles_sinks(ctx: Ctx) -> CaseResul
         done.receivers >= 1 && done.acked <= done.receivers,
         "invalidate to report at least the one receiver, and no more acks than receivers",
         format!("{done:?}"),
+    )
+}
+
+/// `invalidate_all` tells every attached sink in the fleet to drop everything: the other
+/// handle's sink hears it (after the subscription's first `invalidate_all`, which a sink hears
+/// as it subscribes, since anything cached before then may have missed a message).
+pub async fn invalidate_all_reaches_the_other_handles_sinks(ctx: Ctx) -> CaseResult {
+    if !ctx.service.has_backplane() {
+        return Err(runner::skip(ctx.case, "this store has no backplane"));
+    }
+    let recorder = Arc::new(Recorder::default());
+    let sink: Arc<dyn L1Sink> = recorder.clone();
+    ctx.b.attach(Arc::downgrade(&sink));
+    ctx.answer("settle", ctx.service.settle()).await?;
+    let heard = || recorder.all.load(std::sync::atomic::Ordering::SeqCst);
+    let before = heard();
+    match ctx.answer("invalidate_all", ctx.a.invalidate_all()).await? {
+        Err(L2Error::Unsupported(_)) => {
+            return Err(runner::skip(ctx.case, "this store has no invalidate_all"));
+        }
+        Err(error) => {
+            return Err(ctx.failure("invalidate_all to answer", format!("error: {error}")));
+        }
+        Ok(_) => {}
+    }
+    let wait = async {
+        while heard() == before {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let _ = ctx.answer("the sink to hear invalidate_all", wait).await;
+    ctx.ensure(
+        heard() > before,
+        "the other handle's sink to hear invalidate_all",
+        "nothing heard",
+    )
+}
+
+/// A value stored with `Duration::MAX` does not expire: `get` reports no time left (`None`),
+/// not a huge or wrapped one.
+pub async fn a_value_without_expiry_reports_none(ctx: Ctx) -> CaseResult {
+    let key = ctx.key(b"k");
+    ctx.ok("set", ctx.a.set(&key, b"forever", Duration::MAX))
+        .await?;
+    let got = ctx.ok("get", ctx.b.get(&key)).await?;
+    ctx.ensure(
+        got.as_ref()
+            .is_some_and(|e| e.value == b"forever" && e.ttl.is_none()),
+        "the value, with no expiry (ttl None)",
+        format!("{got:?}"),
     )
 }
 

@@ -91,10 +91,10 @@ impl SecondLevel for Broken {
     async fn get(&self, key: &[u8]) -> Result<Option<L2Entry>, L2Error> {
         self.gate().await?;
         let mut got = self.inner.get(self.key(key)).await?;
-        if self.bugs.ttl_too_long {
-            if let Some(entry) = got.as_mut() {
-                entry.ttl = entry.ttl.map(|t| t + Duration::from_secs(1));
-            }
+        if self.bugs.ttl_too_long
+            && let Some(entry) = got.as_mut()
+        {
+            entry.ttl = entry.ttl.map(|t| t + Duration::from_secs(1));
         }
         Ok(got)
     }
@@ -247,7 +247,10 @@ async fn each_broken_store_fails_the_case_that_catches_it() {
                 silent_backplane: true,
                 ..Bugs::default()
             },
-            &["invalidation_reaches_the_other_handles_sinks"],
+            &[
+                "invalidation_reaches_the_other_handles_sinks",
+                "invalidate_all_reaches_the_other_handles_sinks",
+            ],
         ),
         (
             Bugs {
