@@ -1132,7 +1132,7 @@ impl Adaptive {
     /// Feeds the miniature simulations and, at a period's end, moves the window to the share
     /// of the copy that missed least.
     fn run_minis(&mut self, key: u64) {
-        if fmix64(key ^ 0xA5A5_5A5A) % self.mini_rate == 0 {
+        if fmix64(key ^ 0xA5A5_5A5A).is_multiple_of(self.mini_rate) {
             for (m, misses) in self.minis.iter_mut().zip(&mut self.mini_misses) {
                 if !m.access(key) {
                     *misses += 1;
@@ -1515,10 +1515,9 @@ impl Adaptive {
                 ..
             },
         ) = (kind, self.cfg.mode)
+            && drift > 0.0
         {
-            if drift > 0.0 {
-                self.nudge(-drift / self.capacity as f64);
-            }
+            self.nudge(-drift / self.capacity as f64);
         }
     }
 
@@ -1581,7 +1580,7 @@ impl Policy for Adaptive {
                 }
             } else if self.uses_sketch() {
                 self.hits_seen += 1;
-                if self.hits_seen % self.cfg.hit_record == 0 {
+                if self.hits_seen.is_multiple_of(self.cfg.hit_record) {
                     self.sketch.record(hash);
                 }
             }
@@ -1760,10 +1759,10 @@ impl Policy for Adaptive {
                 self.phase = (0, 0, Some(rate));
             }
         }
-        if let Some(c) = &mut self.climber {
-            if let Some(step) = c.record(hit) {
-                self.nudge(step);
-            }
+        if let Some(c) = &mut self.climber
+            && let Some(step) = c.record(hit)
+        {
+            self.nudge(step);
         }
         if !self.minis.is_empty() {
             self.run_minis(key);

@@ -487,10 +487,10 @@ impl SampledLru {
             let excess = self.pool.len().saturating_sub(self.pool_size);
             self.pool.drain(..excess);
             while let Some((key, stamp)) = self.pool.pop() {
-                if let Some(&idx) = self.index.get(&key) {
-                    if self.slots[idx].1 == stamp {
-                        return idx;
-                    }
+                if let Some(&idx) = self.index.get(&key)
+                    && self.slots[idx].1 == stamp
+                {
+                    return idx;
                 }
             }
         }

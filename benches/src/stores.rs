@@ -556,10 +556,10 @@ impl Store for ShardedFloor {
         let mut shard = self.shard(key).write();
         if shard.map.insert(key, value).is_none() {
             shard.order.push_back(key);
-            if shard.map.len() > self.per_shard {
-                if let Some(old) = shard.order.pop_front() {
-                    shard.map.remove(&old);
-                }
+            if shard.map.len() > self.per_shard
+                && let Some(old) = shard.order.pop_front()
+            {
+                shard.map.remove(&old);
             }
         }
     }

@@ -903,7 +903,7 @@ mod tests {
             for op in 0..100_000u64 {
                 // Few distinct keys, so replacements and removals hit held keys often.
                 let key = rng.next_u64() % 400;
-                if rng.next_u64() % 4 == 0 {
+                if rng.next_u64().is_multiple_of(4) {
                     store.remove(key);
                     model.remove(&key);
                     assert_eq!(store.get(key), None);

@@ -360,16 +360,16 @@ fn read_cache(path: &Option<PathBuf>) -> PeerCache {
     };
     for line in text.lines() {
         let f: Vec<&str> = line.split('\t').collect();
-        if let [w, s, p, h, r] = f[..] {
-            if let (Ok(s), Ok(h), Ok(r)) = (s.parse(), h.parse(), r.parse()) {
-                cache.insert(
-                    (w.to_owned(), s, p.to_owned()),
-                    SimResult {
-                        hits: h,
-                        requests: r,
-                    },
-                );
-            }
+        if let [w, s, p, h, r] = f[..]
+            && let (Ok(s), Ok(h), Ok(r)) = (s.parse(), h.parse(), r.parse())
+        {
+            cache.insert(
+                (w.to_owned(), s, p.to_owned()),
+                SimResult {
+                    hits: h,
+                    requests: r,
+                },
+            );
         }
     }
     cache

@@ -369,10 +369,10 @@ async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
 fn handle(shared: &Arc<Shared>, acks: &str, message: &redis::Msg) {
     let payload = message.get_payload_bytes();
     if message.get_channel_name() == acks {
-        if let Ok(nonce) = <[u8; 8]>::try_from(payload) {
-            if let Some(waiter) = shared.waiters.lock().get(&u64::from_be_bytes(nonce)) {
-                let _ = waiter.send(());
-            }
+        if let Ok(nonce) = <[u8; 8]>::try_from(payload)
+            && let Some(waiter) = shared.waiters.lock().get(&u64::from_be_bytes(nonce))
+        {
+            let _ = waiter.send(());
         }
         return;
     }

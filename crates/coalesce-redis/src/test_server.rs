@@ -88,10 +88,10 @@ impl RedisServer {
         let deadline = Instant::now() + READY_WITHIN;
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         loop {
-            if let Some(child) = server.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    return Err(StartError::Failed(format!("exited at start: {status}")));
-                }
+            if let Some(child) = server.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(StartError::Failed(format!("exited at start: {status}")));
             }
             if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
                 return Ok(server);

@@ -116,7 +116,9 @@ where
     for _ in 0..REQUESTS {
         let key = rng.next() % KEYS;
         let start_after = Duration::from_millis(rng.next() % ARRIVAL_SPREAD_MS);
-        let cancel_after = (rng.next() % CANCEL_ONE_IN == 0)
+        let cancel_after = rng
+            .next()
+            .is_multiple_of(CANCEL_ONE_IN)
             .then(|| Duration::from_millis(rng.next() % (2 * BACKEND_LATENCY.as_millis() as u64)));
         let request = request.clone();
         tasks.push(tokio::spawn(async move {

@@ -642,10 +642,10 @@ impl Shared {
                 ));
                 // Whichever comes first: the poll interval or the wake.
                 let by_wake = poll_fn(|cx| {
-                    if let Some(wake) = woken.as_mut().as_pin_mut() {
-                        if wake.poll(cx).is_ready() {
-                            return Poll::Ready(true);
-                        }
+                    if let Some(wake) = woken.as_mut().as_pin_mut()
+                        && wake.poll(cx).is_ready()
+                    {
+                        return Poll::Ready(true);
                     }
                     sleep.as_mut().poll(cx).map(|()| false)
                 })

@@ -20,7 +20,7 @@ pub trait Clock: Send + Sync + 'static {
 /// Converts a duration to whole milliseconds, rounding up (so a 1 µs TTL is not 0) and saturating.
 pub(crate) fn duration_to_ms(d: Duration) -> u64 {
     let ms = d.as_millis();
-    let ms = if d.subsec_nanos() % 1_000_000 != 0 {
+    let ms = if !d.subsec_nanos().is_multiple_of(1_000_000) {
         ms + 1
     } else {
         ms

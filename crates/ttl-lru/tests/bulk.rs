@@ -260,10 +260,10 @@ async fn dropped_at_every_await() {
         let mut cx = Context::from_waker(Waker::noop());
         let mut single_out = None;
         let mut poll_single = |cx: &mut Context<'_>| {
-            if single_out.is_none() {
-                if let Poll::Ready(o) = single.as_mut().poll(cx) {
-                    single_out = Some(o);
-                }
+            if single_out.is_none()
+                && let Poll::Ready(o) = single.as_mut().poll(cx)
+            {
+                single_out = Some(o);
             }
         };
         poll_single(&mut cx);

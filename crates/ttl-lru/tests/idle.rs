@@ -298,7 +298,7 @@ fn a_new_write_of_the_key_brings_its_own_settings() {
 fn idle_times_follow_their_keys_through_removals_and_evictions() {
     let clock = ManualClock::new();
     let c = plain_cache(&clock, 64);
-    let short = |k: u64| k % 3 == 0;
+    let short = |k: u64| k.is_multiple_of(3);
     for k in 0..64 {
         if short(k) {
             c.insert_with_idle(k, k, Duration::MAX, 50 * MS).unwrap();

@@ -133,13 +133,13 @@ impl MemorySecondLevel {
     }
 
     fn check(&self, value: &[u8], ttl: Duration) -> Result<Option<Instant>, L2Error> {
-        if let Some(limit) = *self.shared.max_value_len.lock() {
-            if value.len() > limit {
-                return Err(L2Error::TooLarge {
-                    len: value.len(),
-                    limit,
-                });
-            }
+        if let Some(limit) = *self.shared.max_value_len.lock()
+            && value.len() > limit
+        {
+            return Err(L2Error::TooLarge {
+                len: value.len(),
+                limit,
+            });
         }
         if ttl < Duration::from_millis(1) {
             return Err(L2Error::InvalidTtl(ttl));

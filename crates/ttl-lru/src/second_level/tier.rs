@@ -185,10 +185,10 @@ where
 
     /// Checks the settings, builds the tier and attaches it to the L2's backplane.
     pub fn build(self) -> Result<TieredCache<K, V>, TierConfigError> {
-        if let Some((_, ttl)) = &self.negative {
-            if *ttl < MIN_L2_TTL {
-                return Err(TierConfigError::NegativeTtl(*ttl));
-            }
+        if let Some((_, ttl)) = &self.negative
+            && *ttl < MIN_L2_TTL
+        {
+            return Err(TierConfigError::NegativeTtl(*ttl));
         }
         if self.l2_timeout.is_zero() {
             return Err(TierConfigError::ZeroTimeout("l2 timeout"));

@@ -103,10 +103,10 @@ impl<K: Eq + std::hash::Hash, V> Table<K, V> {
         let mut removed = Vec::new();
         // From the end: a swap-remove only moves an entry that was already checked.
         for i in (0..self.slots.len()).rev() {
-            if !self.slots[i].idle_ok(now, self.idle_of(i)) {
-                if let super::Removed::Value(slot) = self.remove_at(super::At::Value(i)) {
-                    removed.push(slot);
-                }
+            if !self.slots[i].idle_ok(now, self.idle_of(i))
+                && let super::Removed::Value(slot) = self.remove_at(super::At::Value(i))
+            {
+                removed.push(slot);
             }
         }
         removed
