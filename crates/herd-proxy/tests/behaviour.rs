@@ -475,6 +475,40 @@ async fn a_body_the_storage_refuses_is_passed_not_502() {
     }
 }
 
+/// Clients that start large fills and hang up (the fills go on: `KeepFilling`) cannot take a
+/// memory storage past its capacity: once the writes in progress hold it, the next chunk that
+/// would go over is refused (its fill ends in an error). Before, each abandoned fill added a
+/// whole object: ten 400 KiB bodies into a 1 MiB storage held 4 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_fills_cannot_take_a_memory_storage_past_its_capacity() {
+    const KIB: usize = 1024;
+    let origin = Origin::start(|_, _| {
+        let mut steps = vec![Step::Send(head_len(400 * KIB, ""))];
+        for piece in body_of(400 * KIB).chunks(16 * KIB) {
+            steps.push(Step::Send(Bytes::copy_from_slice(piece)));
+            steps.push(Step::Sleep(Duration::from_millis(2)));
+        }
+        steps
+    })
+    .await;
+    let storage = std::sync::Arc::new(stream_cache::MemStorage::new(1 << 20));
+    let (proxy, _handle) = proxy_over(origin.addr, storage.clone(), |_| {}).await;
+    for i in 0..10 {
+        // The head arrives, then the client is gone.
+        drop(get_simple(proxy, &format!("/big/{i}")).await);
+    }
+    let mut most = 0;
+    for _ in 0..200 {
+        most = most.max(storage.used_bytes());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        most <= 1 << 20,
+        "{} KiB held by a 1 MiB storage",
+        most / 1024
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_from_the_origin_is_502_and_poisons_nothing() {
     let origin = Origin::start(|index, _| {

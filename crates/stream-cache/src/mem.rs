@@ -5,7 +5,9 @@
 //! copy per reader, no whole-body copy at finish). The index maps a key to its *current* write
 //! only, tagged with a write id, so a superseded writer can never touch the newer entry.
 //! Eviction is a CLOCK sweep over complete objects only: an in-progress body is never evicted
-//! from under its readers. The CLOCK queue is compacted when stale records (of replaced or
+//! from under its readers, and a chunk that would take the writes in progress past the capacity
+//! is refused instead (its write aborts, `TooLarge`), so the capacity bounds everything charged,
+//! as `DiskStorage`'s does. The CLOCK queue is compacted when stale records (of replaced or
 //! purged objects) outnumber live ones, so it stays O(objects) whatever the write pattern.
 
 use std::collections::{HashMap, VecDeque};
@@ -27,8 +29,12 @@ use crate::traits::{
     Storage, StorageUsage,
 };
 
-/// In-memory storage holding at most `capacity` bytes of complete objects (plus the bytes of
-/// writes still in progress, which are never evicted).
+/// In-memory storage holding at most `capacity` bytes, complete objects and writes in progress
+/// together. Writes in progress are never evicted: a chunk that would take them past the
+/// capacity (after every complete object went) aborts its write with `TooLarge`, before
+/// anything is evicted for it. (Until session 14 writes in progress were not bounded: a
+/// proxy whose clients started many large fills and hung up grew past its capacity by a whole
+/// object per abandoned fill.)
 ///
 /// Accounting: the bytes of the key's current write are charged as they arrive and released when
 /// the object is evicted, purged, replaced or aborted. Bytes still referenced by readers of a
@@ -58,6 +64,8 @@ struct Index {
     /// Complete objects in `map` (each has exactly one current record in `clock`).
     complete: usize,
     used: u64,
+    /// The part of `used` that complete objects hold: all eviction can free.
+    complete_bytes: u64,
 }
 
 /// Stale records tolerated beyond one per complete object before the queue is compacted.
@@ -119,6 +127,7 @@ impl Index {
         self.used -= entry.charged;
         if entry.complete {
             self.complete -= 1;
+            self.complete_bytes -= entry.charged;
             self.compact_if_stale();
         }
         Some(entry)
@@ -342,24 +351,33 @@ struct MemWriter {
 impl BodyWriter for MemWriter {
     async fn write(&mut self, chunk: Bytes) -> Result<(), WriteError> {
         let n = chunk.len() as u64;
+        let capacity = self.shared.capacity;
+        let mut index = self.shared.index.write();
+        let current = index
+            .map
+            .get(&self.key)
+            .is_some_and(|entry| entry.id == self.id);
+        if current && (index.used - index.complete_bytes).saturating_add(n) > capacity {
+            // No room even if every complete object went: refused before anything is
+            // evicted for it (the lock order index -> cell, as `purge`'s).
+            let reason = AbortReason::TooLarge { limit: capacity };
+            self.object.cell.abort(reason.clone());
+            index.remove_if_current(&self.key, self.id);
+            self.done = true;
+            return Err(WriteError::Aborted(reason));
+        }
         match self.object.cell.append(chunk) {
             Ok(_) => {
-                let mut index = self.shared.index.write();
-                if let Some(entry) = index.map.get_mut(&self.key)
-                    && entry.id == self.id
-                {
+                if current && let Some(entry) = index.map.get_mut(&self.key) {
                     entry.charged += n;
                     index.used += n;
-                    index.evict(self.shared.capacity);
+                    index.evict(capacity);
                 }
                 Ok(())
             }
             Err(reason) => {
                 // The cell is aborted already (limit, purge, ...): make sure it is unindexed.
-                self.shared
-                    .index
-                    .write()
-                    .remove_if_current(&self.key, self.id);
+                index.remove_if_current(&self.key, self.id);
                 self.done = true;
                 Err(WriteError::Aborted(reason))
             }
@@ -375,6 +393,7 @@ impl BodyWriter for MemWriter {
                     && entry.id == self.id
                 {
                     entry.complete = true;
+                    index.complete_bytes += entry.charged;
                     index.push_complete(self.key.clone(), self.id);
                     index.evict(self.shared.capacity);
                 }
