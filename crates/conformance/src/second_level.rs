@@ -171,6 +171,19 @@ impl L1Sink for Recorder {
 }
 
 impl Ctx {
+    /// A recording sink attached to handle `b` once the backplane is settled, and the `Arc`
+    /// that keeps it attached (handles hold sinks weakly); a skip without a backplane.
+    async fn recorder_on_b(&self) -> Result<(Arc<Recorder>, Arc<dyn L1Sink>), CaseError> {
+        if !self.service.has_backplane() {
+            return Err(runner::skip(self.case, "this store has no backplane"));
+        }
+        let recorder = Arc::new(Recorder::default());
+        let sink: Arc<dyn L1Sink> = recorder.clone();
+        self.b.attach(Arc::downgrade(&sink));
+        self.answer("settle", self.service.settle()).await?;
+        Ok((recorder, sink))
+    }
+
     /// A context for running `case` against `service` directly.
     pub fn new(case: &'static str, service: Arc<dyn L2Service>, settings: Settings) -> Self {
         Ctx {
@@ -519,13 +532,7 @@ pub async fn keys_are_independent(ctx: Ctx) -> CaseResult {
 /// With a backplane, a sink attached to one handle hears an invalidation made through another,
 /// by the time `invalidate` returns if it counted the sink's acknowledgement, else soon after.
 pub async fn invalidation_reaches_the_other_handles_sinks(ctx: Ctx) -> CaseResult {
-    if !ctx.service.has_backplane() {
-        return Err(runner::skip(ctx.case, "this store has no backplane"));
-    }
-    let recorder = Arc::new(Recorder::default());
-    let sink: Arc<dyn L1Sink> = recorder.clone();
-    ctx.b.attach(Arc::downgrade(&sink));
-    ctx.answer("settle", ctx.service.settle()).await?;
+    let (recorder, _sink) = ctx.recorder_on_b().await?;
     let key = ctx.key(b"\0k");
     let done = ctx.ok("invalidate", ctx.a.invalidate(&key)).await?;
     let heard = || recorder.keys.lock().contains(&key);
@@ -553,13 +560,7 @@ pub async fn invalidation_reaches_the_other_handles_sinks(ctx: Ctx) -> CaseResul
 /// handle's sink hears it (after the subscription's first `invalidate_all`, which a sink hears
 /// as it subscribes, since anything cached before then may have missed a message).
 pub async fn invalidate_all_reaches_the_other_handles_sinks(ctx: Ctx) -> CaseResult {
-    if !ctx.service.has_backplane() {
-        return Err(runner::skip(ctx.case, "this store has no backplane"));
-    }
-    let recorder = Arc::new(Recorder::default());
-    let sink: Arc<dyn L1Sink> = recorder.clone();
-    ctx.b.attach(Arc::downgrade(&sink));
-    ctx.answer("settle", ctx.service.settle()).await?;
+    let (recorder, _sink) = ctx.recorder_on_b().await?;
     let heard = || recorder.all.load(std::sync::atomic::Ordering::SeqCst);
     let before = heard();
     match ctx.answer("invalidate_all", ctx.a.invalidate_all()).await? {

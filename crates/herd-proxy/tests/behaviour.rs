@@ -722,8 +722,9 @@ fn versioned_origin(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stale_while_revalidate_serves_stale_at_once_and_refreshes_once() {
+/// A proxy on a manual clock whose `/s` (v1, `max-age=10, stale-while-revalidate=60`) was
+/// fetched and is now stale; the origin answers v2 to the next fetch once `gate` opens.
+async fn stale_object() -> (Gate, Origin, std::net::SocketAddr, herd_proxy::Proxy) {
     let gate = Gate::new();
     let origin = Origin::start(versioned_origin(
         "max-age=10, stale-while-revalidate=60",
@@ -732,12 +733,18 @@ async fn stale_while_revalidate_serves_stale_at_once_and_refreshes_once() {
     ))
     .await;
     let clock = herd_proxy::Clock::manual(std::time::SystemTime::now());
-    let (proxy, _handle) = proxy(origin.addr, |c| c.clock = clock.clone()).await;
+    let (proxy, handle) = proxy(origin.addr, |c| c.clock = clock.clone()).await;
     assert_eq!(
         read_body(get_simple(proxy, "/s").await).await.unwrap(),
         "v1"
     );
     clock.advance(Duration::from_secs(11));
+    (gate, origin, proxy, handle)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_while_revalidate_serves_stale_at_once_and_refreshes_once() {
+    let (gate, origin, proxy, _handle) = stale_object().await;
     // The origin holds its answer (gate closed), yet every client gets v1 at once.
     for _ in 0..5 {
         let stale = get_simple(proxy, "/s").await;
@@ -771,20 +778,7 @@ async fn stale_while_revalidate_serves_stale_at_once_and_refreshes_once() {
 /// rate for as long as the origin took.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_hits_during_a_refresh_start_no_tasks() {
-    let gate = Gate::new();
-    let origin = Origin::start(versioned_origin(
-        "max-age=10, stale-while-revalidate=60",
-        gate.clone(),
-        false,
-    ))
-    .await;
-    let clock = herd_proxy::Clock::manual(std::time::SystemTime::now());
-    let (proxy, _handle) = proxy(origin.addr, |c| c.clock = clock.clone()).await;
-    assert_eq!(
-        read_body(get_simple(proxy, "/s").await).await.unwrap(),
-        "v1"
-    );
-    clock.advance(Duration::from_secs(11));
+    let (gate, origin, proxy, _handle) = stale_object().await;
     let stale = get_simple(proxy, "/s").await;
     assert_eq!(read_body(stale).await.unwrap(), "v1");
     until("the background refresh reached the origin", || {
