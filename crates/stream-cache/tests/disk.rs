@@ -52,6 +52,27 @@ async fn fill_to_capacity(storage: &DiskStorage, capacity: u64) -> Vec<Box<dyn B
     filling
 }
 
+/// A write in progress of 150 KiB ("first"), then a second write ("second") of 200 KiB, which
+/// a 300 KiB storage cannot hold beside it: the first writer, and the second write's answer.
+async fn second_write_past_the_first(
+    storage: &DiskStorage,
+) -> (Box<dyn BodyWriter>, Result<(), WriteError>) {
+    let mut first = storage
+        .begin_write(&"first".into(), ObjectMeta::default())
+        .await
+        .unwrap();
+    first
+        .write(Bytes::from(pattern(150 * 1024, 1)))
+        .await
+        .unwrap();
+    let mut second = storage
+        .begin_write(&"second".into(), ObjectMeta::default())
+        .await
+        .unwrap();
+    let refused = second.write(Bytes::from(pattern(200 * 1024, 2))).await;
+    (first, refused)
+}
+
 async fn body_of(storage: &DiskStorage, key: &str) -> Option<Vec<u8>> {
     let mut hit = storage.lookup(&key.into()).await.unwrap()?;
     let (body, end) = drain(&mut *hit.body).await;
@@ -167,19 +188,7 @@ async fn writes_in_progress_are_never_evicted() {
     let dir = TempDir::new();
     let capacity = 300 * 1024;
     let storage = DiskStorage::open(dir.path(), capacity).await.unwrap();
-    let mut first = storage
-        .begin_write(&"first".into(), ObjectMeta::default())
-        .await
-        .unwrap();
-    first
-        .write(Bytes::from(pattern(150 * 1024, 1)))
-        .await
-        .unwrap();
-    let mut second = storage
-        .begin_write(&"second".into(), ObjectMeta::default())
-        .await
-        .unwrap();
-    let refused = second.write(Bytes::from(pattern(200 * 1024, 2))).await;
+    let (first, refused) = second_write_past_the_first(&storage).await;
     assert!(
         matches!(
             refused,
@@ -213,19 +222,7 @@ async fn a_write_that_cannot_fit_evicts_nothing() {
         )
         .await;
     }
-    let mut first = storage
-        .begin_write(&"first".into(), ObjectMeta::default())
-        .await
-        .unwrap();
-    first
-        .write(Bytes::from(pattern(150 * 1024, 1)))
-        .await
-        .unwrap();
-    let mut second = storage
-        .begin_write(&"second".into(), ObjectMeta::default())
-        .await
-        .unwrap();
-    let refused = second.write(Bytes::from(pattern(200 * 1024, 2))).await;
+    let (first, refused) = second_write_past_the_first(&storage).await;
     assert!(
         matches!(
             refused,

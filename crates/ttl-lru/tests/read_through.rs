@@ -296,8 +296,9 @@ async fn concurrent_callers_share_one_failure() {
     ));
 }
 
-#[tokio::test(start_paused = true)]
-async fn stale_while_revalidate_serves_stale_and_refreshes_once() {
+/// A cache with a 10 s stale window whose key 1 was filled (value 1, ttl 1 s, counted in the
+/// returned runs) 2 s ago: stale now.
+async fn stale_entry() -> (Cache<u64, u64>, Arc<AtomicUsize>) {
     let c: Cache<u64, u64> = Cache::builder(10)
         .clock(TokioClock::new())
         .stale_while_revalidate(Duration::from_secs(10))
@@ -307,6 +308,12 @@ async fn stale_while_revalidate_serves_stale_and_refreshes_once() {
         .await
         .unwrap();
     advance(Duration::from_secs(2)).await;
+    (c, runs)
+}
+
+#[tokio::test(start_paused = true)]
+async fn stale_while_revalidate_serves_stale_and_refreshes_once() {
+    let (c, runs) = stale_entry().await;
     // Many callers at once: all get the stale value immediately; one refresh runs (taking 1 s).
     for _ in 0..5 {
         let got = c
@@ -339,15 +346,7 @@ async fn stale_while_revalidate_serves_stale_and_refreshes_once() {
 #[tokio::test(start_paused = true)]
 async fn a_refresh_that_never_answers_is_abandoned_when_its_window_ends() {
     for waiter_first in [false, true] {
-        let c: Cache<u64, u64> = Cache::builder(10)
-            .clock(TokioClock::new())
-            .stale_while_revalidate(Duration::from_secs(10))
-            .build();
-        let runs = Arc::new(AtomicUsize::new(0));
-        c.get_or_try_insert(1, secs(1), counted(&runs, 1, Duration::ZERO))
-            .await
-            .unwrap();
-        advance(Duration::from_secs(2)).await;
+        let (c, runs) = stale_entry().await;
         let never = || std::future::pending::<Result<u64, Boom>>();
         let got = c.get_or_try_insert(1, secs(60), never).await.unwrap();
         assert_eq!((got.value, got.source), (1, Source::Stale));
