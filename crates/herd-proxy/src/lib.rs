@@ -46,8 +46,9 @@
 //! - `Accept-Encoding` is normalised to a class (`br`, else `gzip`, else `identity`) that is
 //!   sent to the origin instead of the client's header and joins the key, so `Vary:
 //!   Accept-Encoding` needs no second lookup (Varnish's recommended normalisation).
-//! - Requests with `Authorization` or `Upgrade`, and methods other than `GET`/`HEAD`, pass to the
-//!   origin uncached. Request `Cache-Control` is not honoured (as nginx by default): a client
+//! - Requests with `Authorization` or `Upgrade`, a `GET`/`HEAD` with a body (a search API's
+//!   query: its URL does not say what it asks), and methods other than `GET`/`HEAD`, pass to the
+//!   origin uncached, with their bodies. Request `Cache-Control` is not honoured (as nginx by default): a client
 //!   cannot force origin traffic.
 //! - A stale object is replaced by a new fetch, one per key (the refresh is coalesced); it stays
 //!   visible until the origin's new head arrives, and the new body then streams to whoever comes

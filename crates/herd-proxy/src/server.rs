@@ -12,7 +12,7 @@ use http::request::Parts;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -48,8 +48,11 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::PROXY_AUTHORIZATION,
 ];
 
-/// Request headers not forwarded on a fill: the stored object is the whole, unconditional 200.
-const FILL_DROPPED: [HeaderName; 6] = [
+/// Request headers not forwarded on a fill: the stored object is the whole, unconditional 200,
+/// and a fill sends no body (so nothing that describes one).
+const FILL_DROPPED: [HeaderName; 8] = [
+    header::CONTENT_LENGTH,
+    header::EXPECT,
     header::RANGE,
     header::IF_RANGE,
     header::IF_MATCH,
@@ -267,7 +270,10 @@ impl Inner {
         if parts.method.as_str() == "PURGE" {
             return self.purge(&parts, &authority, &path).await;
         }
-        if !policy::request_is_cacheable(&parts.method, &parts.headers) {
+        // A GET with a body (a search API's query) asks something its URL does not say: it is
+        // passed with its body, never answered from or stored under the URL. (Filled without
+        // it, the origin would also get a `Content-Length` with no body behind it.)
+        if !policy::request_is_cacheable(&parts.method, &parts.headers) || !body.is_end_stream() {
             self.metrics.passes.inc();
             return self.pass(parts, body.boxed()).await;
         }
@@ -647,6 +653,15 @@ impl Inner {
         *request.uri_mut() = uri;
         *request.headers_mut() = parts.headers.clone();
         strip_hop_by_hop(request.headers_mut());
+        // HTTP/2 clients name the host in `:authority` only; without this the origin would get
+        // the upstream's address as `Host` (hyper's client fills it in) and answer, or build
+        // its redirects, for the wrong site, under the client's cache key.
+        if !request.headers().contains_key(header::HOST)
+            && let Some(host) = parts.uri.authority()
+            && let Ok(value) = HeaderValue::from_str(host.as_str())
+        {
+            request.headers_mut().insert(header::HOST, value);
+        }
         request
     }
 

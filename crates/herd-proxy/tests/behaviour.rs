@@ -530,17 +530,23 @@ async fn garbage_from_the_origin_is_502_and_poisons_nothing() {
 
 /// Raw bytes in, the status line out (or nothing when the proxy just closes).
 async fn raw_exchange(proxy: std::net::SocketAddr, bytes: &[u8]) -> String {
+    raw_response(proxy, bytes)
+        .await
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// Raw bytes in, everything the proxy sends until it closes the connection out.
+async fn raw_response(proxy: std::net::SocketAddr, bytes: &[u8]) -> String {
     let mut stream = TcpStream::connect(proxy).await.unwrap();
     let _ = stream.write_all(bytes).await;
     let mut out = Vec::new();
     let _ = tokio::time::timeout(GUARD, stream.read_to_end(&mut out))
         .await
         .expect("hang guard");
-    String::from_utf8_lossy(&out)
-        .lines()
-        .next()
-        .unwrap_or("")
-        .to_owned()
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -869,4 +875,75 @@ async fn conditional_requests_get_304_from_the_cache() {
         assert_eq!(read_body(response).await.unwrap().len(), len);
     }
     assert_eq!(origin.requests(), 1);
+}
+
+/// A GET with a body (a search API's query in its body) is passed with that body, never
+/// stored under its URL: before, it was filled and cached by URL, so a second search with
+/// another body got the first one's answer, and the fill sent the origin the client's
+/// `Content-Length` with no body behind it (an origin that waits for it times out; one that
+/// reads it later eats the next request on that pooled connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_with_a_body_is_passed_with_it_and_never_stored() {
+    let origin = Origin::start(whole(2, "")).await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    for (n, query) in ["{\"q\":1}", "{\"q\":2}"].into_iter().enumerate() {
+        let response = raw_response(
+            proxy,
+            format!(
+                "GET /search HTTP/1.1\r\nHost: test.local\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{query}",
+                query.len()
+            )
+            .as_bytes(),
+        )
+        .await;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(
+            !response.to_ascii_lowercase().contains("x-cache"),
+            "{response}"
+        );
+        assert_eq!(origin.requests(), n + 1, "every search reaches the origin");
+    }
+    // A GET saying `Content-Length: 0` has no body: it is cached as usual, and its fill
+    // describes no body to the origin.
+    for _ in 0..2 {
+        let response = raw_response(
+            proxy,
+            b"GET /page HTTP/1.1\r\nHost: test.local\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    }
+    assert_eq!(origin.requests(), 3, "the second /page was a hit");
+    let fill = origin.heads()[2].to_ascii_lowercase();
+    assert!(!fill.contains("content-length"), "{fill}");
+}
+
+/// An HTTP/2 client names the host only in `:authority`: the fill must still send it as
+/// `Host`. Before, hyper's client filled in the upstream's address, so a virtual-hosting
+/// origin answered for the wrong site, stored under this host's key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_clients_host_reaches_the_origin() {
+    let origin = Origin::start(whole(2, "")).await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let mut sender = h2_sender(proxy).await;
+    for path in ["/h2", "/h2-pass"] {
+        let mut request =
+            Request::get(format!("http://test.local{path}")).version(http::Version::HTTP_2);
+        if path == "/h2-pass" {
+            request = request.header("authorization", "Bearer x"); // passed, not filled
+        }
+        let response = sender
+            .send_request(request.body(Empty::<Bytes>::new()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(read_body(response).await.unwrap().len(), 2);
+    }
+    for head in origin.heads() {
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("\r\nhost: test.local\r\n"),
+            "{head}"
+        );
+    }
 }

@@ -203,21 +203,6 @@ async fn an_http2_range_of_a_body_still_arriving_ends_at_its_last_byte() {
     assert!(rest.is_err());
 }
 
-/// An HTTP/2 (h2c, prior knowledge) connection to the proxy, its driver spawned.
-async fn h2_sender(
-    proxy: std::net::SocketAddr,
-) -> hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>> {
-    let stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
-    let (sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
-    sender
-}
-
 struct Curl {
     child: tokio::process::Child,
     out: std::path::PathBuf,

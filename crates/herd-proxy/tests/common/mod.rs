@@ -215,6 +215,21 @@ pub async fn send(addr: SocketAddr, request: Request<Empty<Bytes>>) -> Response<
         .expect("response head")
 }
 
+/// An HTTP/2 (h2c, prior knowledge) connection to the proxy, its driver spawned.
+pub async fn h2_sender(
+    proxy: std::net::SocketAddr,
+) -> hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>> {
+    let stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
 pub fn get(path: &str) -> http::request::Builder {
     Request::get(path).header("host", "test.local")
 }
