@@ -53,7 +53,10 @@
 //! - A stale object is replaced by a new fetch, one per key (the refresh is coalesced); it stays
 //!   visible until the origin's new head arrives, and the new body then streams to whoever comes
 //!   next. `stale-while-revalidate` (RFC 5861) serves the stale object at once and refreshes in
-//!   the background; `stale-if-error` serves it when the refresh gets no answer (502/504 cases).
+//!   the background; `stale-if-error` serves it when the refresh gets no answer or a 500, 502,
+//!   503 or 504 (RFC 5861 section 4), and such a failure leaves the stale object in place (a
+//!   client that may not have it gets the origin's error answer). A refresh answered with a
+//!   response that may not be stored removes the object and goes to the client that led it.
 //!   Responses served stale say `X-Cache: STALE`. There is no revalidation with
 //!   `If-None-Match`/`If-Modified-Since` (a refresh is a full fetch).
 //! - Conditional request headers and `Range` are not forwarded on fills (the stored object is

@@ -360,7 +360,9 @@ impl Inner {
                             .respond(&parts, head, hit.meta, hit.body, Found::Stale)
                             .await;
                     }
-                    if let Err(error) = self.refresh(&parts, &key, coding).await {
+                    // The refresh's answer when it was not stored and this request led.
+                    let failed = parking_lot::Mutex::new(None::<Response<Incoming>>);
+                    if let Err(error) = self.refresh(&parts, &key, coding, &failed).await {
                         if head
                             .freshness
                             .may_serve_on_error(head.received, self.config.clock.now())
@@ -371,7 +373,25 @@ impl Inner {
                                 .respond(&parts, head, hit.meta, hit.body, Found::Stale)
                                 .await;
                         }
+                        // Not allowed to serve it stale: the client gets the origin's answer.
+                        let answered = failed.lock().take();
+                        if let Some(response) = answered {
+                            self.metrics.passes.inc();
+                            return self.relay(&parts, response).await;
+                        }
+                        if let Some(FetchError::ServerError(_)) = error.fill_error().map(|e| &**e) {
+                            // Another request led the refresh and has that answer: fetch ours.
+                            self.metrics.passes.inc();
+                            return self.pass(parts, empty_up_body()).await;
+                        }
                         return flight_error_response(&error);
+                    }
+                    // Refreshed with an answer that may not be stored (the object is gone now):
+                    // this request led, and relays it rather than fetch again.
+                    let answered = failed.lock().take();
+                    if let Some(response) = answered {
+                        self.metrics.passes.inc();
+                        return self.relay(&parts, response).await;
                     }
                     // Refreshed: the lookup in the fill path finds the new object.
                     drop(hit);
@@ -397,7 +417,9 @@ impl Inner {
     /// visible until the origin's new head arrives; then the new body is written in its place
     /// (readers already attached to the old one finish it) and streams to whoever comes next.
     /// An origin failure leaves the stale object in place (for `stale-if-error`) and is
-    /// returned; a new answer that may not be stored removes it.
+    /// returned: no answer, or a 500/502/503/504 (RFC 5861 section 4 counts those as errors),
+    /// which is put in `failed` for the caller to relay when it may not serve stale. A new
+    /// answer that may not be stored removes the object.
     ///
     /// Cancel safety: dropped while waiting for another request's refresh, nothing changes;
     /// dropped while leading it, the lead passes to a waiting request (coalesce's guard), and
@@ -408,9 +430,12 @@ impl Inner {
         parts: &Parts,
         key: &CacheKey,
         coding: Coding,
+        failed: &parking_lot::Mutex<Option<Response<Incoming>>>,
     ) -> Result<(), coalesce::FlightError<FetchError>> {
         self.refresh
-            .run(key.clone(), || self.refresh_once(parts, key, coding))
+            .run(key.clone(), || {
+                self.refresh_once(parts, key, coding, Some(failed))
+            })
             .await
     }
 
@@ -429,7 +454,7 @@ impl Inner {
         let (this, parts, key) = (Arc::clone(self), clone_parts(parts), key.clone());
         // Dropped (runtime shutdown) before it finishes, the leader guard hands the lead on.
         tokio::spawn(async move {
-            let result = this.refresh_once(&parts, &key, coding).await;
+            let result = this.refresh_once(&parts, &key, coding, None).await;
             if let Err(error) = &result {
                 tracing::warn!(%error, ?key, "background refresh failed");
             }
@@ -438,13 +463,15 @@ impl Inner {
     }
 
     /// One refresh of `key` (the body of a refresh flight): see [`refresh`](Self::refresh).
-    /// Dropped before the new head arrives, nothing changed; after, the body is pumped by the
-    /// cache's own task.
+    /// An answer not stored (an error, or one that may not be shared) goes to `answer`, when
+    /// given, for the request that led to relay. Dropped before the new head arrives, nothing
+    /// changed; after, the body is pumped by the cache's own task.
     async fn refresh_once(
         &self,
         parts: &Parts,
         key: &CacheKey,
         coding: Coding,
+        answer: Option<&parking_lot::Mutex<Option<Response<Incoming>>>>,
     ) -> Result<(), FetchError> {
         if let Ok(Some(hit)) = self.cache.lookup(key.clone()).await
             && let Ok(head) = StoredHead::decode(&hit.meta.user)
@@ -459,11 +486,24 @@ impl Inner {
             .cache
             .replace(key.clone(), || async {
                 let response = self.origin.fetch(request).await?;
-                match self.to_upstream(&parts.method, response) {
+                let status = response.status();
+                // Never stored (no storable status is one), so checked first.
+                let failed = matches!(status.as_u16(), 500 | 502 | 503 | 504);
+                let verdict = match failed {
+                    true => Err((response, policy::NotStored::Status)),
+                    false => self.to_upstream(&parts.method, response),
+                };
+                match verdict {
                     Ok(upstream) => Ok(upstream),
-                    Err((_response, why)) => {
-                        tracing::debug!(?why, ?key, "refreshed response not stored");
-                        Err(FetchError::Uncacheable)
+                    Err((response, why)) => {
+                        tracing::debug!(?why, %status, ?key, "refreshed response not stored");
+                        if let Some(answer) = answer {
+                            *answer.lock() = Some(response);
+                        }
+                        match failed {
+                            true => Err(FetchError::ServerError(status)),
+                            false => Err(FetchError::Uncacheable),
+                        }
                     }
                 }
             })
@@ -481,6 +521,8 @@ impl Inner {
                     Ok(())
                 }
                 Some(FetchError::Timeout(timeout)) => Err(FetchError::Timeout(*timeout)),
+                // An error answer: the stale object stays (for `stale-if-error`).
+                Some(FetchError::ServerError(status)) => Err(FetchError::ServerError(*status)),
                 _ => Err(FetchError::Refresh(error.to_string())),
             },
             Err(FillError::WaitTimedOut) => Err(FetchError::Refresh(

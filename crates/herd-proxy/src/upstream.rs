@@ -34,6 +34,10 @@ pub(crate) enum FetchError {
     /// fetches its own (Varnish's hit-for-pass).
     #[error("the response may not be stored")]
     Uncacheable,
+    /// The origin answered 500, 502, 503 or 504: an error for `stale-if-error` (RFC 5861
+    /// section 4), never stored.
+    #[error("origin answered {0}")]
+    ServerError(http::StatusCode),
     /// The origin body failed mid-way.
     #[error("origin body failed: {0}")]
     Body(#[source] hyper::Error),

@@ -947,3 +947,121 @@ async fn an_http2_clients_host_reaches_the_origin() {
         );
     }
 }
+
+/// An origin answering v1 (with `Cache-Control: first`) to its first fetch and `status`
+/// (with `Cache-Control: later`) to every fetch after it.
+fn origin_that_later_answers(
+    first: &'static str,
+    status: &'static str,
+    later: &'static str,
+) -> impl Fn(usize, &str) -> Vec<Step> {
+    move |index, _| {
+        let (status, cache_control, body) = match index {
+            0 => ("200 OK", first, "v1"),
+            _ => (status, later, "later"),
+        };
+        vec![Step::Send(Bytes::from(format!(
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nCache-Control: {cache_control}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )))]
+    }
+}
+
+/// A proxy on a manual clock in front of `origin`, whose `path` was fetched once and is now
+/// 11 s old.
+async fn fetched_and_aged(
+    origin: &Origin,
+    path: &str,
+) -> (std::net::SocketAddr, herd_proxy::Proxy) {
+    let clock = herd_proxy::Clock::manual(std::time::SystemTime::now());
+    let (proxy, handle) = proxy(origin.addr, |c| c.clock = clock.clone()).await;
+    assert_eq!(
+        read_body(get_simple(proxy, path).await).await.unwrap(),
+        "v1"
+    );
+    clock.advance(Duration::from_secs(11));
+    (proxy, handle)
+}
+
+/// A 500/502/503/504 is an error for `stale-if-error` (RFC 5861 section 4), like no answer:
+/// the stale copy is served and kept. Before, the 503 counted as an answer that may not be
+/// stored: the copy was purged and the 503 relayed, to this client and every later one. A
+/// client that may not get the stale copy gets the origin's answer, from one fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_if_error_covers_an_origin_5xx_and_keeps_the_stale_copy() {
+    for (cache_control, expect_stale) in [
+        ("max-age=10, stale-if-error=60", true),
+        ("max-age=10", false),
+    ] {
+        let origin = Origin::start(origin_that_later_answers(
+            cache_control,
+            "503 Service Unavailable",
+            cache_control,
+        ))
+        .await;
+        let (proxy, _handle) = fetched_and_aged(&origin, "/e").await;
+        for round in 1..=2 {
+            let response = get_simple(proxy, "/e").await;
+            if expect_stale {
+                assert_eq!(response.status(), 200, "round {round}");
+                assert_eq!(response.headers()["x-cache"], "STALE");
+                assert_eq!(read_body(response).await.unwrap(), "v1");
+            } else {
+                assert_eq!(response.status(), 503, "round {round}");
+                assert_eq!(read_body(response).await.unwrap(), "later");
+            }
+            assert_eq!(
+                origin.requests(),
+                1 + round,
+                "{cache_control}: one fetch a request"
+            );
+        }
+    }
+}
+
+/// A background refresh (stale-while-revalidate) that gets a 503 leaves the stale copy for
+/// the rest of its window; before, it purged it, so the next client missed and got the 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_refresh_answered_503_keeps_the_stale_copy() {
+    let swr = "max-age=10, stale-while-revalidate=60";
+    let origin = Origin::start(origin_that_later_answers(
+        swr,
+        "503 Service Unavailable",
+        swr,
+    ))
+    .await;
+    let (proxy, _handle) = fetched_and_aged(&origin, "/w").await;
+    // Every stale hit starts a refresh when none runs: once a second one has reached the
+    // origin, the first had ended, and every answer until then must have been the copy.
+    let served = tokio::time::timeout(GUARD, async {
+        while origin.requests() < 3 {
+            let response = get_simple(proxy, "/w").await;
+            assert_eq!(response.status(), 200);
+            assert_eq!(response.headers()["x-cache"], "STALE");
+            assert_eq!(read_body(response).await.unwrap(), "v1");
+        }
+    })
+    .await;
+    assert!(served.is_ok(), "hang guard: a second refresh never started");
+}
+
+/// A stale object refreshed with an answer that may not be stored (`private`): the client
+/// that led the refresh gets that answer, and the object is gone. Before, the proxy purged
+/// the object and fetched again for it: two origin fetches for one request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_answered_private_is_relayed_from_its_one_fetch() {
+    let origin = Origin::start(origin_that_later_answers("max-age=10", "200 OK", "private")).await;
+    let (proxy, _handle) = fetched_and_aged(&origin, "/p").await;
+    let response = get_simple(proxy, "/p").await;
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("x-cache").is_none());
+    assert_eq!(read_body(response).await.unwrap(), "later");
+    assert_eq!(
+        origin.requests(),
+        2,
+        "one fetch for the refresh and its answer"
+    );
+    let next = get_simple(proxy, "/p").await;
+    assert_eq!(read_body(next).await.unwrap(), "later");
+    assert_eq!(origin.requests(), 3, "the old copy was removed");
+}
