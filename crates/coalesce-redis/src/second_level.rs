@@ -60,17 +60,23 @@ end
 return 1
 ";
 
-/// A key without a version reads as the store's epoch (`KEYS[2]`): Redis's clock in
-/// microseconds when the epoch was first needed. A Redis that restarted empty gets a new, later
-/// epoch, so a version read before the restart never matches after it.
+/// A key without a version reads as the store's epoch (`KEYS[2]`), drawn when first needed
+/// from the counter every version comes from (`KEYS[4]`, started at Redis's clock in
+/// microseconds when missing). A Redis that restarted empty gets a new, later epoch, so a
+/// version read before the restart never matches after it; and as the epoch is one of the
+/// counter's values, no invalidation hands it out again (two clock-started sequences met after
+/// as many invalidations as microseconds between their starts).
 /// The floor (`KEYS[3]`) raises every version to at least itself.
 const VERSION: &str = r"
 local version = redis.call('GET', KEYS[1])
 if not version then
     version = redis.call('GET', KEYS[2])
     if not version then
-        local now = redis.call('TIME')
-        version = now[1] .. string.format('%06d', tonumber(now[2]))
+        if redis.call('EXISTS', KEYS[4]) == 0 then
+            local now = redis.call('TIME')
+            redis.call('SET', KEYS[4], now[1] .. string.format('%06d', tonumber(now[2])))
+        end
+        version = string.format('%d', redis.call('INCR', KEYS[4]))
         redis.call('SET', KEYS[2], version)
     end
 end
@@ -104,11 +110,19 @@ return 1
 /// count restarts at 1 once its key expires, so a fill that read version 1 just before could
 /// write after an invalidation that produced 1 again. A missing counter (a fresh or restarted
 /// Redis, or an evicted counter) starts at Redis's clock in microseconds, above any version or
-/// epoch handed out before (while the fleet invalidates less than once per microsecond).
+/// epoch handed out before (while the fleet invalidates less than once per microsecond); and a
+/// counter below the epoch (`KEYS[4]`) or the floor (`KEYS[5]`), as one re-started while they
+/// stayed can be, is raised past them first, so no invalidation hands out a version a fill may
+/// have read.
 const INVALIDATE: &str = r"
 if redis.call('EXISTS', KEYS[3]) == 0 then
     local now = redis.call('TIME')
     redis.call('SET', KEYS[3], now[1] .. string.format('%06d', tonumber(now[2])))
+end
+local above = math.max(tonumber(redis.call('GET', KEYS[4]) or '0'),
+                       tonumber(redis.call('GET', KEYS[5]) or '0'))
+if tonumber(redis.call('GET', KEYS[3])) < above then
+    redis.call('SET', KEYS[3], string.format('%d', above))
 end
 local version = redis.call('INCR', KEYS[3])
 redis.call('SET', KEYS[2], version, 'PX', ARGV[1])
@@ -483,7 +497,7 @@ impl SecondLevel for RedisSecondLevel {
 
     async fn version(&self, key: &[u8]) -> Result<Version, L2Error> {
         let (version_key, epoch) = (self.version_key(key), self.epoch_key());
-        let floor = self.floor_key();
+        let (floor, counter) = (self.floor_key(), self.counter_key());
         let version: u64 = self
             .connector
             .run(|mut connection| async move {
@@ -491,6 +505,7 @@ impl SecondLevel for RedisSecondLevel {
                     .key(version_key)
                     .key(epoch)
                     .key(floor)
+                    .key(counter)
                     .invoke_async(&mut connection)
                     .await
             })
@@ -538,6 +553,7 @@ impl SecondLevel for RedisSecondLevel {
     async fn invalidate(&self, key: &[u8]) -> Result<Invalidated, L2Error> {
         let (data, version_key) = (self.data_key(key), self.version_key(key));
         let counter = self.counter_key();
+        let (epoch, floor) = (self.epoch_key(), self.floor_key());
         let mut acks = self.backplane.as_ref().map(Backplane::expect_acks);
         let (channel, message) = match (&self.backplane, &acks) {
             (Some(backplane), Some(acks)) => (backplane.channel().to_owned(), acks.message(key)),
@@ -551,6 +567,8 @@ impl SecondLevel for RedisSecondLevel {
                     .key(data)
                     .key(version_key)
                     .key(counter)
+                    .key(epoch)
+                    .key(floor)
                     .arg(version_ttl)
                     .arg(channel)
                     .arg(message)

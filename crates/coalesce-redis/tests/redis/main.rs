@@ -164,6 +164,15 @@ fn main() -> std::process::ExitCode {
             },
         ),
         Case::redis(
+            "second_level::an_invalidation_never_hands_out_the_epoch",
+            2,
+            |server| {
+                Box::pin(second_level::an_invalidation_never_hands_out_the_epoch(
+                    server,
+                ))
+            },
+        ),
+        Case::redis(
             "second_level::killing_redis_mid_invalidation_neither_hangs_nor_leaves_stale_l1",
             2,
             |server| {

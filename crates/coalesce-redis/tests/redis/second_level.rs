@@ -643,6 +643,33 @@ pub(crate) async fn versions_never_repeat_across_version_expiry_and_restarts(
     );
 }
 
+/// On an empty Redis the first invalidation starts the version counter at Redis's clock and
+/// the first version read, a moment later, starts the epoch (what a key without a version
+/// reads as) the same way. Before, the two were separate sequences: after as many
+/// invalidations as microseconds between them, one handed out the epoch itself, and a fill
+/// that had read it (every key right after a restart reads it) stored past that invalidation.
+pub(crate) async fn an_invalidation_never_hands_out_the_epoch(server: RedisServer) {
+    let l2 = l2(&server.url(), Duration::from_millis(50), false);
+    let mut last = l2.invalidate(b"warm").await.unwrap().version;
+    let epoch = l2.version(b"k").await.unwrap();
+    guard(
+        async {
+            // Other keys' invalidations, until the next one would reach the epoch.
+            while last.0 + 1 < epoch.0 {
+                last = l2.invalidate(b"other").await.unwrap().version;
+            }
+        },
+        "invalidations up to the epoch",
+    )
+    .await;
+    let invalidated = l2.invalidate(b"k").await.unwrap().version;
+    assert_ne!(invalidated, epoch, "an invalidation handed out the epoch");
+    assert!(
+        !l2.set_if_version(b"k", epoch, b"stale", TTL).await.unwrap(),
+        "a fill that read the epoch stored after the key's invalidation"
+    );
+}
+
 /// Redis killed while an invalidation waits for acknowledgements: the call returns (the L2
 /// part had happened; the missing acknowledgements are reported), nothing hangs, and once Redis
 /// is back the other process has re-subscribed and dropped its L1.
