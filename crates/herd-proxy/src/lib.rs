@@ -32,8 +32,10 @@
 //! - A client's `If-None-Match` (weak comparison) or `If-Modified-Since` is evaluated against
 //!   the stored 200: 304 when it matches. Fills never forward conditionals.
 //! - `PURGE` removes every stored variant of a URL (both methods, all coding classes) and aborts
-//!   a body still being written; it needs the configured token in `X-Purge-Token` (403 otherwise,
-//!   and always when no token is configured).
+//!   a body still being written (clients already streaming it see an error); it needs the
+//!   configured token in `X-Purge-Token` (403 otherwise, and always when no token is
+//!   configured). Requests still waiting for the origin's head when it comes get one fetch made
+//!   after the purge, shared; a body found already failed is a 502, never a 200 that breaks.
 //! - Origin unreachable, refusing, or broken before its head: 502 at once. No head within the
 //!   response timeout: 504. A body that stalls beyond the idle timeout aborts (clients see an
 //!   error), stored or passed through.

@@ -17,8 +17,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use stream_cache::{
-    BodyError, BodyReader, BodyStream, ByteRange, CacheKey, FillError, HttpBody, ObjectMeta,
-    Obtained, StorageError, StreamCache, Upstream, WriteState,
+    AbortReason, BodyError, BodyReader, BodyStream, ByteRange, CacheKey, FillError, HttpBody,
+    ObjectMeta, Obtained, StorageError, StreamCache, Upstream, WriteState,
 };
 use tokio::net::TcpListener;
 use tokio::time::Instant;
@@ -593,21 +593,36 @@ impl Inner {
     ) -> Response<RespBody> {
         // The response the leader got when it may not be shared; only the leader reads it.
         let unshared = parking_lot::Mutex::new(None::<Response<Incoming>>);
-        let request = self.fill_request(&parts, coding);
-        let result = self
-            .cache
-            .get_or_fill_with(key, || async {
-                let response = self.origin.fetch(request).await?;
-                match self.to_upstream(&parts.method, response) {
-                    Ok(upstream) => Ok(upstream),
-                    Err((response, why)) => {
-                        tracing::debug!(?why, status = %response.status(), "response not stored");
-                        *unshared.lock() = Some(response);
-                        Err(FetchError::Uncacheable)
+        let mut fetched_again = false;
+        let result = loop {
+            let request = self.fill_request(&parts, coding);
+            let result = self
+                .cache
+                .get_or_fill_with(key.clone(), || async {
+                    let response = self.origin.fetch(request).await?;
+                    match self.to_upstream(&parts.method, response) {
+                        Ok(upstream) => Ok(upstream),
+                        Err((response, why)) => {
+                            tracing::debug!(?why, status = %response.status(), "response not stored");
+                            *unshared.lock() = Some(response);
+                            Err(FetchError::Uncacheable)
+                        }
                     }
-                }
-            })
-            .await;
+                })
+                .await;
+            // A purge that came while this request waited for the origin's head fenced that
+            // fill out: its body is aborted, and none of it has gone to this client yet. The
+            // purge was meant for what was cached before it, not for requests already waiting:
+            // they get a fetch made after it (current content), once.
+            if let Ok((hit, _)) = &result
+                && matches!(hit.body.state(), WriteState::Aborted(AbortReason::Purged))
+                && !fetched_again
+            {
+                fetched_again = true;
+                continue;
+            }
+            break result;
+        };
         match result {
             Ok((hit, obtained)) => {
                 let found = match obtained {
@@ -804,6 +819,10 @@ impl Inner {
         if parts.method == Method::HEAD || matches!(head.status.as_u16(), 204 | 304) {
             *response.headers_mut() = headers;
             return response;
+        }
+        // A body that failed before anything was sent: a status, not a 200 that breaks.
+        if let WriteState::Aborted(reason) = reader.state() {
+            return self.failed_before_head(BodyError::Aborted(reason));
         }
         let known_len = meta.expected_len.or(match reader.state() {
             WriteState::Complete(len) => Some(len),

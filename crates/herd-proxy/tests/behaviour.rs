@@ -176,13 +176,7 @@ async fn purge_while_the_body_streams_fails_its_readers_and_is_final() {
     let streaming = get_simple(proxy, "/live").await;
     let mut body = streaming.into_body();
     read_prefix(&mut body, 10_000).await;
-    let purge = Request::builder()
-        .method("PURGE")
-        .uri("/live")
-        .header("host", "test.local")
-        .header("x-purge-token", "sesame")
-        .body(Empty::<Bytes>::new())
-        .unwrap();
+    let purge = purge_request("/live");
     assert_eq!(send(proxy, purge).await.status(), 200);
     gate.open(); // the old fill's origin finishes; it must not bring the body back
     let rest = tokio::time::timeout(GUARD, body.collect())
@@ -1064,4 +1058,80 @@ async fn a_refresh_answered_private_is_relayed_from_its_one_fetch() {
     let next = get_simple(proxy, "/p").await;
     assert_eq!(read_body(next).await.unwrap(), "later");
     assert_eq!(origin.requests(), 3, "the old copy was removed");
+}
+
+/// A purge that comes while a fill waits for the origin's head fences that fill out (purge is
+/// final), but the requests already waiting on it get a whole response, from one fetch made
+/// after the purge. Before, their bodies were created aborted: a 200 whose body failed at its
+/// first byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_while_a_fill_waits_for_its_head_still_answers_the_waiting_clients() {
+    let gate = Gate::new();
+    let origin = Origin::start({
+        let gate = gate.clone();
+        move |index, _| {
+            let body = Bytes::from(format!("version {index}"));
+            vec![
+                Step::Wait(gate.clone()),
+                Step::Send(head_len(body.len(), "")),
+                Step::Send(body),
+            ]
+        }
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let clients: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(async move { get_simple(proxy, "/news").await }))
+        .collect();
+    until("the fill reached the origin", || origin.requests() == 1).await;
+    let purge = purge_request("/news");
+    send(proxy, purge).await;
+    gate.open();
+    for client in clients {
+        let response = client.await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(read_body(response).await.unwrap(), "version 1");
+    }
+    assert_eq!(origin.requests(), 2, "one fetch after the purge, shared");
+}
+
+/// Purged again while its one retry waits: the client gets a 502 (a status it can act on), not
+/// a 200 whose body fails at its first byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_already_failed_when_found_is_a_502_not_a_broken_200() {
+    let gates = [Gate::new(), Gate::new()];
+    let origin = Origin::start({
+        let gates = gates.clone();
+        move |index, _| {
+            vec![
+                Step::Wait(gates[index.min(1)].clone()),
+                Step::Send(head_len(2, "")),
+                Step::Send(Bytes::from_static(b"ok")),
+            ]
+        }
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let client = tokio::spawn(async move { get_simple(proxy, "/twice").await });
+    for (fetches, gate) in [1, 2].into_iter().zip(&gates) {
+        until("the fill reached the origin", || {
+            origin.requests() == fetches
+        })
+        .await;
+        send(proxy, purge_request("/twice")).await;
+        gate.open();
+    }
+    let response = client.await.unwrap();
+    assert_eq!(response.status(), 502);
+}
+
+/// `PURGE path` with the test proxies' token.
+fn purge_request(path: &str) -> Request<Empty<Bytes>> {
+    Request::builder()
+        .method("PURGE")
+        .uri(path)
+        .header("host", "test.local")
+        .header("x-purge-token", "sesame")
+        .body(Empty::<Bytes>::new())
+        .unwrap()
 }
