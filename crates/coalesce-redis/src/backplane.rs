@@ -197,10 +197,12 @@ impl Backplane {
     }
 
     /// Starts the subscriber task unless it runs already (on the current tokio runtime;
-    /// without one it cannot run, and says so). Returns whether it runs.
-    fn ensure_running(&self) -> bool {
+    /// without one it cannot run, and says so). Returns whether it runs. A task that ended
+    /// (the runtime it ran on shut down: an init runtime, a restarted worker's) is started
+    /// again; its end already emptied every attached L1 (see `Ended`).
+    pub(crate) fn ensure_running(&self) -> bool {
         let mut task = self.task.lock();
-        if task.is_none() {
+        if task.as_ref().is_none_or(|t| t.is_finished()) {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => *task = Some(rt.spawn(subscribe_forever(Arc::clone(&self.shared)))),
                 Err(_) => {
@@ -253,7 +255,7 @@ impl Backplane {
     pub(crate) fn stats(&self) -> BackplaneStats {
         let c = &self.shared.counters;
         BackplaneStats {
-            running: self.task.lock().is_some(),
+            running: self.task.lock().as_ref().is_some_and(|t| !t.is_finished()),
             subscribed: self.shared.live.load(Relaxed),
             subscriptions: c.subscriptions.load(Relaxed),
             losses: c.losses.load(Relaxed),
@@ -294,8 +296,9 @@ impl Shared {
 }
 
 /// The subscriber task: subscribe, apply messages until the subscription is lost, back off,
-/// repeat. Ends only when aborted (its `Backplane` dropped).
+/// repeat. Ends only when dropped: aborted (its `Backplane` dropped) or with its runtime.
 async fn subscribe_forever(shared: Arc<Shared>) {
+    let _ended = Ended(Arc::clone(&shared));
     loop {
         if let Err(error) = subscribe_once(&shared).await {
             tracing::warn!(%error, "backplane subscription lost or refused; re-subscribing");
@@ -305,6 +308,26 @@ async fn subscribe_forever(shared: Arc<Shared>) {
             shared.counters.losses.fetch_add(1, Relaxed);
         }
         tokio::time::sleep(shared.settings.reconnect_backoff).await;
+    }
+}
+
+/// Dropped with the subscriber task. From then on no invalidation reaches the attached L1s
+/// until a new task subscribes (`ensure_running`, at the next attach, wait or L2 read), so
+/// they cannot keep what they hold: it is dropped now (the resync a new subscription would
+/// do), and the subscription reads as lost. Before, a task that died with its runtime left
+/// every L1 served unchecked for ever, and the stats said it was subscribed.
+struct Ended(Arc<Shared>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let shared = &self.0;
+        if shared.live.load(Relaxed) {
+            shared.set_live(false);
+            shared.counters.losses.fetch_add(1, Relaxed);
+        }
+        for tier in shared.sinks() {
+            tier.invalidate_all();
+        }
     }
 }
 

@@ -144,6 +144,13 @@ impl Connector {
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.command_timeout));
         tokio::spawn(async move {
+            // Ends the attempt however the task ends: dropped with its runtime mid-connect, it
+            // used to leave `connecting` set, and every later call waited out its connect
+            // timeout for an attempt that no longer ran.
+            let _ended = AttemptEnded {
+                state: Arc::clone(&state),
+                attempts,
+            };
             let attempt = client.get_multiplexed_async_connection_with_config(&config);
             let outcome = match timeout(connect_timeout, attempt).await {
                 Ok(Ok(connection)) => Ok(connection),
@@ -152,7 +159,6 @@ impl Connector {
             };
             {
                 let mut state = lock(&state);
-                state.connecting = false;
                 match outcome {
                     Ok(connection) => {
                         state.connection = Some(connection);
@@ -170,7 +176,6 @@ impl Connector {
                     }
                 }
             }
-            attempts.send_modify(|n| *n += 1);
         });
     }
 
@@ -189,9 +194,64 @@ impl Connector {
     }
 }
 
+/// Ends a connect attempt when its task ends (or is dropped): another may start, and callers
+/// waiting for this one look again.
+struct AttemptEnded {
+    state: Arc<Mutex<State>>,
+    attempts: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Drop for AttemptEnded {
+    fn drop(&mut self) {
+        lock(&self.state).connecting = false;
+        self.attempts.send_modify(|n| *n += 1);
+    }
+}
+
 fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
     // Nothing panics while holding this lock; recover anyway rather than poison the lease.
     state
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connect attempt whose task is dropped with its runtime (mid-connect, to a server that
+    /// accepts and never answers) ends: the next caller starts its own attempt instead of
+    /// waiting out its connect timeout for one that no longer runs.
+    #[test]
+    fn a_connect_dropped_with_its_runtime_ends_its_attempt() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("redis://{}", silent.local_addr().unwrap());
+        let connector = Connector::new(
+            redis::Client::open(url).unwrap(),
+            Duration::from_secs(3600),
+            Duration::from_secs(1),
+            Duration::from_millis(1),
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            connector.start_connect();
+            tokio::task::yield_now().await; // the attempt is under way
+        });
+        assert!(connector.state().connecting);
+        let before = *connector.attempts.borrow();
+        drop(runtime);
+        assert!(
+            !connector.state().connecting,
+            "the dead attempt still blocks"
+        );
+        assert_eq!(
+            *connector.attempts.borrow(),
+            before + 1,
+            "its waiters look again"
+        );
+        drop(silent);
+    }
 }

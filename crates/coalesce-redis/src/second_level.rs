@@ -442,6 +442,10 @@ impl RedisSecondLevel {
 #[async_trait]
 impl SecondLevel for RedisSecondLevel {
     async fn get(&self, key: &[u8]) -> Result<Option<L2Entry>, L2Error> {
+        // Every L1 miss reads here: a subscriber that ended with its runtime starts again.
+        if let Some(backplane) = &self.backplane {
+            backplane.ensure_running();
+        }
         let (data, floor) = (self.data_key(key), self.floor_key());
         let found: Option<(Vec<u8>, i64)> = self
             .connector

@@ -173,6 +173,13 @@ fn main() -> std::process::ExitCode {
             },
         ),
         Case::redis(
+            "second_level::a_subscriber_that_died_with_its_runtime_is_replaced",
+            2,
+            |server| {
+                Box::pin(second_level::a_subscriber_that_died_with_its_runtime_is_replaced(server))
+            },
+        ),
+        Case::redis(
             "second_level::killing_redis_mid_invalidation_neither_hangs_nor_leaves_stale_l1",
             2,
             |server| {

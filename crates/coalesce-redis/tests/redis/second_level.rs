@@ -670,6 +670,61 @@ pub(crate) async fn an_invalidation_never_hands_out_the_epoch(server: RedisServe
     );
 }
 
+/// Process A is built, and subscribes, on a runtime that then shuts down (an init runtime, a
+/// restarted worker's): its subscriber task dies with it. A must not go on serving its L1
+/// unchecked: before, it served the value B had invalidated for its whole ttl, and its stats
+/// said it was subscribed. Now the task's end empties A's L1, and A's next L2 read starts a
+/// new subscriber on the runtime at hand, which hears B's next invalidation.
+pub(crate) async fn a_subscriber_that_died_with_its_runtime_is_replaced(server: RedisServer) {
+    let url = server.url();
+    let a = std::thread::spawn({
+        let url = url.clone();
+        move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let a = runtime.block_on(async {
+                let a = process(&url).await;
+                assert_eq!(read(&a, "k", 1).await, (1, TierSource::Filled));
+                a
+            });
+            drop(runtime); // the subscriber task and the connection's driver end here
+            a
+        }
+    })
+    .join()
+    .unwrap();
+    let stats = a.l2.backplane_stats().unwrap();
+    assert!(!stats.running && !stats.subscribed, "{stats:?}");
+    let b = process(&url).await;
+    assert_eq!(read(&b, "k", 2).await, (1, TierSource::L2));
+    guard(b.tier.invalidate(&"k".to_string()), "invalidate")
+        .await
+        .unwrap();
+    // A's first read after its runtime died may find its old connection's driver gone (one
+    // L2 error, failed open); either way it is not A's L1 copy of 1.
+    let (value, source) = read(&a, "k", 3).await;
+    assert_ne!(
+        (value, source),
+        (1, TierSource::L1),
+        "A served the invalidated value"
+    );
+    guard(a.l2.wait_subscribed(), "A subscribes again").await;
+    assert!(a.l2.backplane_stats().unwrap().running);
+    // (Subscribing dropped A's L1 again: read, then read from L1.)
+    let (cached, _) = read(&a, "k", 4).await;
+    assert_eq!(read(&a, "k", 0).await, (cached, TierSource::L1));
+    guard(b.tier.invalidate(&"k".to_string()), "invalidate again")
+        .await
+        .unwrap();
+    assert_eq!(
+        read(&a, "k", 5).await,
+        (5, TierSource::Filled),
+        "the new subscriber dropped A's copy"
+    );
+}
+
 /// Redis killed while an invalidation waits for acknowledgements: the call returns (the L2
 /// part had happened; the missing acknowledgements are reported), nothing hangs, and once Redis
 /// is back the other process has re-subscribed and dropped its L1.
