@@ -48,6 +48,10 @@
 //! - `Accept-Encoding` is normalised to a class (`br`, else `gzip`, else `identity`) that is
 //!   sent to the origin instead of the client's header and joins the key, so `Vary:
 //!   Accept-Encoding` needs no second lookup (Varnish's recommended normalisation).
+//! - Hit-for-pass, as Varnish: once a URL's response may not be stored (or its chunked body
+//!   outgrew `max_object_size`), its misses pass straight to the origin, each on its own fetch,
+//!   for `hit_for_pass` (120 s; `PURGE` clears it), rather than queue behind one fetch to learn
+//!   it again. A response that became storable meanwhile is stored after the mark ends.
 //! - Requests with `Authorization` or `Upgrade`, a `GET`/`HEAD` with a body (a search API's
 //!   query: its URL does not say what it asks), and methods other than `GET`/`HEAD`, pass to the
 //!   origin uncached, with their bodies. Request `Cache-Control` is not honoured (as nginx by default): a client
@@ -65,6 +69,7 @@
 //!   the whole 200).
 
 mod clock;
+mod hit_for_pass;
 mod meta;
 mod metrics;
 mod policy;
@@ -102,6 +107,11 @@ pub struct Config {
     pub max_object_size: u64,
     /// The path that serves metrics.
     pub metrics_path: String,
+    /// How long a URL whose response may not be stored (or outgrew `max_object_size`) is
+    /// passed straight to the origin, each request on its own fetch, instead of queueing behind
+    /// another request's fetch to learn that again (Varnish's hit-for-pass, 120 s by default
+    /// there too). Zero turns it off. `PURGE` clears it.
+    pub hit_for_pass: Duration,
     /// The clock for freshness ([`Clock::system`] unless testing).
     pub clock: Clock,
 }
@@ -123,7 +133,7 @@ pub enum ConfigError {
 
 impl Config {
     /// Defaults: 64 KiB heads, 2 s connect, 30 s response, 30 s body idle, 10 s client head,
-    /// 64 MiB objects, `/metrics`, no purge token.
+    /// 64 MiB objects, `/metrics`, 120 s hit-for-pass, no purge token.
     pub fn new(upstream: impl Into<String>) -> Self {
         Config {
             upstream: upstream.into(),
@@ -135,6 +145,7 @@ impl Config {
             client_header_timeout: Duration::from_secs(10),
             max_object_size: 64 << 20,
             metrics_path: "/metrics".to_owned(),
+            hit_for_pass: Duration::from_secs(120),
             clock: Clock::system(),
         }
     }

@@ -29,6 +29,8 @@ options:
   --body-idle-timeout-ms N    an origin body silent this long is aborted
   --max-header-bytes N        request head limit (at least 8192)
   --metrics-path PATH         Prometheus text metrics (default /metrics)
+  --hit-for-pass-s N          a URL whose response may not be stored is passed, without
+                              queueing, for N seconds (default 120; 0: off)
   --log LEVEL                 error, warn, info, debug or trace (default info)
   -h, --help                  print this and exit
 ";
@@ -118,6 +120,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Command, CliError> {
                 config.max_header_bytes = usize::try_from(number(value()?)?).unwrap_or(usize::MAX);
             }
             "--metrics-path" => config.metrics_path = value()?,
+            "--hit-for-pass-s" => config.hit_for_pass = Duration::from_secs(number(value()?)?),
             "--log" => {
                 let v = value()?;
                 level = v.parse().map_err(|_| CliError::BadLevel(v))?;

@@ -17,12 +17,13 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use stream_cache::{
-    AbortReason, BodyError, BodyReader, BodyStream, ByteRange, CacheKey, FillError, HttpBody,
-    ObjectMeta, Obtained, StorageError, StreamCache, Upstream, WriteState,
+    AbortKind, AbortReason, BodyError, BodyReader, BodyStream, ByteRange, CacheKey, FillError,
+    FillOutcome, HttpBody, ObjectMeta, Obtained, StorageError, StreamCache, Upstream, WriteState,
 };
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
+use crate::hit_for_pass::HitForPass;
 use crate::meta::StoredHead;
 use crate::metrics::Metrics;
 use crate::policy::{self, Coding};
@@ -123,6 +124,8 @@ struct Inner {
     /// One refresh of a stale object per key at a time: concurrent requests that all saw it
     /// stale share one origin fetch.
     refresh: coalesce::Group<CacheKey, (), FetchError>,
+    /// URLs passed without queueing for a while (`Config::hit_for_pass`).
+    hit_for_pass: HitForPass,
     origin: Origin,
     metrics: Arc<Metrics>,
 }
@@ -138,14 +141,30 @@ impl Proxy {
             config.body_idle_timeout,
             Arc::clone(&metrics),
         );
+        let hit_for_pass = HitForPass::new(config.hit_for_pass, config.clock.clone());
         let cache = stream_cache::StreamCacheBuilder::new()
             .max_body_size(config.max_object_size)
+            .on_fill_end({
+                let hit_for_pass = hit_for_pass.clone();
+                move |end| {
+                    // A chunked body that outgrew the object limit: every client of that fill
+                    // got an error at the limit. The next requests pass (and get all of it).
+                    if let FillOutcome::Aborted {
+                        kind: AbortKind::TooLarge,
+                        ..
+                    } = end.outcome
+                    {
+                        hit_for_pass.mark(end.key);
+                    }
+                }
+            })
             .build(storage);
         Ok(Proxy {
             inner: Arc::new(Inner {
                 config,
                 cache,
                 refresh: coalesce::Group::new(),
+                hit_for_pass,
                 origin,
                 metrics,
             }),
@@ -297,7 +316,8 @@ impl Inner {
         let mut removed = 0usize;
         for method in [Method::GET, Method::HEAD] {
             for coding in Coding::ALL {
-                let key = policy::cache_key(&method, authority, path, coding);
+                let key = CacheKey::from(policy::cache_key(&method, authority, path, coding));
+                self.hit_for_pass.clear(&key);
                 match self.cache.purge(key).await {
                     Ok(true) => removed += 1,
                     Ok(false) => {}
@@ -409,6 +429,10 @@ impl Inner {
                 return self.pass(parts, empty_up_body()).await;
             }
         }
+        if self.hit_for_pass.is_marked(&key) {
+            self.metrics.passes.inc();
+            return self.pass(parts, empty_up_body()).await;
+        }
         self.fill(parts, key, coding).await
     }
 
@@ -517,6 +541,7 @@ impl Inner {
             Err(FillError::Upstream(error)) => match error.downcast_ref::<FetchError>() {
                 Some(FetchError::Uncacheable) => {
                     // The origin's new answer may not be shared: neither may the old one.
+                    self.hit_for_pass.mark(key);
                     let _ = self.cache.purge(key.clone()).await;
                     Ok(())
                 }
@@ -651,7 +676,11 @@ impl Inner {
                     self.metrics.passes.inc();
                     let taken = unshared.lock().take();
                     match taken {
-                        Some(response) => self.relay(&parts, response).await,
+                        Some(response) => {
+                            // This request led: the next ones pass without queueing.
+                            self.hit_for_pass.mark(&key);
+                            self.relay(&parts, response).await
+                        }
                         // A coalesced caller: the response was not shareable, fetch our own.
                         None => self.pass(parts, empty_up_body()).await,
                     }

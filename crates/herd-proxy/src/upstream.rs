@@ -30,8 +30,9 @@ pub(crate) enum FetchError {
     /// No response head within the response timeout (504).
     #[error("origin did not answer within {0:?}")]
     Timeout(Duration),
-    /// The response may not be shared; the leader serves it alone and every coalesced caller
-    /// fetches its own (Varnish's hit-for-pass).
+    /// The response may not be shared; the leader serves it alone, every coalesced caller
+    /// fetches its own, and the URL is passed without queueing for `Config::hit_for_pass`
+    /// (Varnish's hit-for-pass).
     #[error("the response may not be stored")]
     Uncacheable,
     /// The origin answered 500, 502, 503 or 504: an error for `stale-if-error` (RFC 5861

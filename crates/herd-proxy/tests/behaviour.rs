@@ -1135,3 +1135,109 @@ fn purge_request(path: &str) -> Request<Empty<Bytes>> {
         .body(Empty::<Bytes>::new())
         .unwrap()
 }
+
+/// An origin answering `Cache-Control: private` to its first fetch and `max-age=60` to every
+/// later one, each later answer held until `gate` opens.
+fn private_then_public(gate: Gate) -> impl Fn(usize, &str) -> Vec<Step> {
+    move |index, _| {
+        let cache_control = if index == 0 { "private" } else { "max-age=60" };
+        let head = Bytes::from(format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nCache-Control: {cache_control}\r\nConnection: close\r\n\r\nok"
+        ));
+        match index {
+            0 => vec![Step::Send(head)],
+            _ => vec![Step::Wait(gate.clone()), Step::Send(head)],
+        }
+    }
+}
+
+/// After a response that may not be stored, the URL's next requests go to the origin at once,
+/// each on its own fetch (hit-for-pass). Before, each burst queued behind one fetch only to
+/// learn it could not share it, then fetched again: two origin round trips per request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_answered_private_is_passed_without_queueing() {
+    let gate = Gate::new();
+    let origin = Origin::start(private_then_public(gate.clone())).await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    assert_eq!(
+        read_body(get_simple(proxy, "/me").await).await.unwrap(),
+        "ok"
+    );
+    let burst: Vec<_> = (0..5)
+        .map(|_| tokio::spawn(async move { read_body(get_simple(proxy, "/me").await).await }))
+        .collect();
+    until("all five reached the origin at once", || {
+        origin.requests() == 6
+    })
+    .await;
+    gate.open();
+    for request in burst {
+        assert_eq!(request.await.unwrap().unwrap(), "ok");
+    }
+}
+
+/// A hit-for-pass mark ends after `Config::hit_for_pass` (the URL is filled and stored again
+/// once its answers may be stored), and a purge ends it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hit_for_pass_ends_after_its_time_or_with_a_purge() {
+    for end_by_purge in [false, true] {
+        let gate = Gate::new();
+        gate.open();
+        let origin = Origin::start(private_then_public(gate)).await;
+        let clock = herd_proxy::Clock::manual(std::time::SystemTime::now());
+        let (proxy, _handle) = proxy(origin.addr, |c| c.clock = clock.clone()).await;
+        assert_eq!(
+            read_body(get_simple(proxy, "/me").await).await.unwrap(),
+            "ok"
+        );
+        // Marked: passed, so the (now storable) answer is not stored.
+        for _ in 0..2 {
+            let passed = get_simple(proxy, "/me").await;
+            assert!(passed.headers().get("x-cache").is_none());
+        }
+        if end_by_purge {
+            assert_eq!(send(proxy, purge_request("/me")).await.status(), 404);
+        } else {
+            clock.advance(Duration::from_secs(121));
+        }
+        let filled = get_simple(proxy, "/me").await;
+        assert_eq!(filled.headers()["x-cache"], "MISS", "purge: {end_by_purge}");
+        let hit = get_simple(proxy, "/me").await;
+        assert_eq!(hit.headers()["x-cache"], "HIT");
+        assert_eq!(origin.requests(), 4);
+    }
+}
+
+/// A chunked body larger than the object limit fails for the clients of the fill that found
+/// out (their 200 was already sent), but the URL's next requests pass and get all of it.
+/// Before, every request filled again and failed at the limit: the resource could never be
+/// downloaded through the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_body_over_the_limit_is_passed_after_the_first_failure() {
+    let origin = Origin::start(|_, _| {
+        vec![
+            Step::Send(head_chunked("")),
+            Step::Send(chunk(&body_of(5000))),
+            Step::Send(Bytes::from_static(LAST_CHUNK)),
+        ]
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |c| c.max_object_size = 1000).await;
+    let first = get_simple(proxy, "/export").await;
+    assert!(
+        read_body(first).await.is_err(),
+        "the fill that found out fails"
+    );
+    // The mark is made as that fill ends, just after its readers saw the error: a request
+    // racing it may fill (and fail) once more.
+    let mut attempts = 0;
+    while read_body(get_simple(proxy, "/export").await).await.is_err() {
+        attempts += 1;
+        assert!(attempts < 20, "the URL is never passed");
+    }
+    for _ in 0..2 {
+        let next = get_simple(proxy, "/export").await;
+        assert_eq!(next.status(), 200);
+        assert_eq!(read_body(next).await.unwrap(), body_of(5000));
+    }
+}
