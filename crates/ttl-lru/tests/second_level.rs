@@ -515,6 +515,44 @@ async fn a_refresh_stands_down_while_another_process_holds_the_lease_and_serves_
     assert_eq!(calls.load(SeqCst), 1);
 }
 
+/// While another process holds the lease for longer than the stale window, the stale copy is
+/// served for that window and no longer: before, each stale read's refresh stood down by
+/// re-storing the copy, which restarted its window, so it was served stale for as long as the
+/// lease was held (here 600 s).
+#[tokio::test(start_paused = true)]
+async fn a_refresh_standing_down_does_not_extend_the_stale_window() {
+    use coalesce::{Acquire, FillLease};
+    let l2 = MemorySecondLevel::new();
+    let lease = Arc::new(MemoryLease::new());
+    let b = leased_swr(&l2, &lease);
+    let calls = Arc::new(AtomicUsize::new(0));
+    assert_eq!(read(&b, "k", 1, &calls).await, (1, TierSource::Filled));
+    let expired = tokio::time::Instant::now() + TTL;
+    tokio::time::advance(TTL + Duration::from_secs(1)).await;
+    let held = lease.try_acquire("6b", Duration::from_secs(600)).await;
+    assert!(matches!(held, Ok(Acquire::Acquired(_))));
+    let window_end = expired + Duration::from_secs(60);
+    let mut stale_reads = 0;
+    while tokio::time::Instant::now() < expired + Duration::from_secs(200) {
+        let asked = tokio::time::Instant::now();
+        let got = read(&b, "k", 2, &calls).await;
+        if got == (1, TierSource::Stale) {
+            stale_reads += 1;
+            assert!(
+                asked < window_end,
+                "served stale {:?} after its window ended",
+                asked - window_end
+            );
+        }
+        tokio::time::advance(Duration::from_secs(30)).await;
+    }
+    assert!(
+        stale_reads >= 2,
+        "the copy was served stale inside its window"
+    );
+    assert!(b.stats().stand_downs >= 1);
+}
+
 /// Process A fills a cold key in 50 ms while B (10 s polls) waits for A's lease; returns B's
 /// wait on the paused clock and B's stats.
 async fn wait_for_the_other_process(l2: &MemorySecondLevel) -> (Duration, ttl_lru::TierStats) {

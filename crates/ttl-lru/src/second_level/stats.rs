@@ -38,7 +38,8 @@ pub struct TierStats {
     /// Values found by the fleet lease's re-check: another process filled while this one waited.
     pub fleet_fills_found: u64,
     /// Stale-while-revalidate refreshes that stood down because another process held the key's
-    /// fleet lease (the stale copy stayed served; nothing was filled here).
+    /// fleet lease (they waited for its value, the stale copy served meanwhile, inside its
+    /// window).
     pub stand_downs: u64,
     /// Fill announcements from the backplane that woke a leader of this process waiting for
     /// another process's fill (it re-checked L2 before its next poll).

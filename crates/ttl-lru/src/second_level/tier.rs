@@ -19,7 +19,7 @@ use super::codec::{Codec, CodecError};
 use super::stats::{Counters, TierStats, bump};
 
 mod wake;
-use crate::{Cache, Entry, FetchError, Source};
+use crate::{Cache, FetchError, Source};
 
 /// L2 rejects ttls under its 1 ms resolution.
 const MIN_L2_TTL: Duration = Duration::from_millis(1);
@@ -247,11 +247,11 @@ where
 /// **Stale-while-revalidate** (the cache's `stale_while_revalidate` window): a stale L1 copy
 /// is answered at once and one background refresh goes through steps 2-4, except that on an L2
 /// miss it asks the fleet lease once ([`DistributedGroup::refresh`]): if another process holds
-/// it (it is refreshing the key), this refresh **stands down**: it fills nothing and keeps the
-/// stale copy, re-stored as stale from now (so its stale window restarts, and the next read
-/// refreshes again, finding that process's value in L2 once it lands); counted in
-/// [`TierStats::stand_downs`]. If the stale copy is gone by then (invalidated, or past its
-/// window), the refresh waits for the holder as a miss does.
+/// it (it is refreshing the key), this refresh **stands down**: it does not fill, but waits in
+/// the background for that process's value as a miss does (re-checking L2 at each poll or fill
+/// announcement, filling itself only after `max_wait`), while every read gets the stale copy;
+/// counted in [`TierStats::stand_downs`]. The copy's stale window is never extended: when it
+/// ends, the cache abandons the refresh and the next read waits like a miss.
 ///
 /// **Fail open.** Every L2 call is bounded by `l2_timeout` (the hard timeout), and a miss's
 /// wait for L2's answer by `l2_soft_timeout` when set ([`TierBuilder::l2_soft_timeout`]); an L2 error or timeout means "go on
@@ -746,18 +746,14 @@ where
         if refresh {
             // Await: the lease (cancel-safe, as `run` below).
             if let Refresh::StoodDown = lease.refresh(flight.clone(), fill).await {
-                // Another process holds the lease: it is refreshing the key. Keep serving the
-                // stale copy (re-stored as stale, so the next read past this point asks again
-                // and finds that process's value in L2). Only while the copy is still here: if
-                // it was invalidated or left its window meanwhile, wait like a miss below.
-                if let Some(entry) = self.cache.lookup(&key).filter(Entry::is_stale) {
-                    bump(&self.counters.stand_downs);
-                    *note.lock() = Note {
-                        ttl: Ttl::For(Duration::ZERO),
-                        source: TierSource::Stale,
-                    };
-                    return Ok(entry.into_value());
-                }
+                // Another process holds the lease: it is refreshing the key. This refresh runs
+                // in the background (its caller got the stale copy, and so does every reader
+                // while it runs): it waits for that process's value like a miss below, bounded
+                // by `max_wait` and by the copy's stale window (the cache abandons a refresh
+                // there). It used to re-store the stale copy and end, which restarted the
+                // copy's stale window at every stale read: stale for as long as the other
+                // process held the lease, with no bound.
+                bump(&self.counters.stand_downs);
             }
         }
         // Registered before the lease is asked: an announcement of the holder's write that
