@@ -30,7 +30,8 @@
 //!   not match the stored `ETag` (strong) / `Last-Modified` gets the whole body (RFC 9110 lets a
 //!   server ignore `Range`; a resumed download never splices two versions).
 //! - A client's `If-None-Match` (weak comparison) or `If-Modified-Since` is evaluated against
-//!   the stored 200: 304 when it matches. Fills never forward conditionals.
+//!   the stored 200: 304 when it matches; its `If-Match` (strong comparison) or, without one,
+//!   `If-Unmodified-Since`, as nginx: 412 when false. Fills never forward conditionals.
 //! - `PURGE` removes every stored variant of a URL (both methods, all coding classes) and aborts
 //!   a body still being written (clients already streaming it see an error); it needs the
 //!   configured token in `X-Purge-Token` (403 otherwise, and always when no token is

@@ -822,6 +822,17 @@ impl Inner {
         headers.insert(CACHE_STATUS_HEADER, found.header());
         let mut response = Response::new(empty_body());
         *response.status_mut() = head.status;
+        if head.status == StatusCode::OK && precondition_failed(&parts.headers, &headers) {
+            // The client's precondition on the stored 200 is false (RFC 9110 13.2.2 steps 1-2,
+            // as nginx evaluates it on cached responses): a resume with `If-Match` must not
+            // get bytes of another version.
+            let mut failed = Response::new(empty_body());
+            *failed.status_mut() = StatusCode::PRECONDITION_FAILED;
+            failed
+                .headers_mut()
+                .insert(CACHE_STATUS_HEADER, found.header());
+            return failed;
+        }
         if head.status == StatusCode::OK && not_modified(&parts.headers, &headers) {
             // The client has this representation (RFC 9110 13.1.1/13.1.3, evaluated against the
             // stored response as a cache may): 304 with the validator and caching headers.
@@ -1008,6 +1019,39 @@ impl Inner {
 /// Whether a `GET`/`HEAD` with these request headers is answered 304 by a stored 200 with
 /// `stored` headers: `If-None-Match` (weak comparison, `*` matches) when present, else
 /// `If-Modified-Since` against `Last-Modified`.
+/// Whether the request's `If-Match` (strong comparison), or else its `If-Unmodified-Since`,
+/// is false for the stored response (RFC 9110 13.1.1, 13.1.4). An invalid date, or a stored
+/// response without `Last-Modified`, leaves `If-Unmodified-Since` unevaluated (true).
+fn precondition_failed(request: &HeaderMap, stored: &HeaderMap) -> bool {
+    let if_match: Vec<&str> = request
+        .get_all(header::IF_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    if !if_match.is_empty() {
+        let etag = stored.get(header::ETAG).and_then(|v| v.to_str().ok());
+        let strong = etag.map(str::trim).filter(|tag| !tag.starts_with("W/"));
+        let matched = if_match
+            .iter()
+            .any(|tag| *tag == "*" || (!tag.starts_with("W/") && Some(*tag) == strong));
+        return !matched;
+    }
+    let date = |map: &HeaderMap, name| {
+        map.get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+            .and_then(|v| httpdate::parse_http_date(v.trim()).ok())
+    };
+    match (
+        date(request, header::IF_UNMODIFIED_SINCE),
+        date(stored, header::LAST_MODIFIED),
+    ) {
+        (Some(since), Some(modified)) => modified > since,
+        _ => false,
+    }
+}
+
 fn not_modified(request: &HeaderMap, stored: &HeaderMap) -> bool {
     let opaque = |tag: &str| tag.trim().trim_start_matches("W/").to_owned();
     let if_none_match: Vec<&HeaderValue> = request.get_all(header::IF_NONE_MATCH).iter().collect();

@@ -1241,3 +1241,44 @@ async fn a_chunked_body_over_the_limit_is_passed_after_the_first_failure() {
         assert_eq!(read_body(next).await.unwrap(), body_of(5000));
     }
 }
+
+/// `If-Match` and `If-Unmodified-Since` are evaluated against the stored 200, as nginx does
+/// (RFC 9110 13.2.2): 412 when false. Before, they were dropped from the fill and never
+/// checked, so a resume sending `If-Match` with `Range` could splice two versions of a body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preconditions_on_a_cached_response_answer_412_when_false() {
+    let origin = Origin::start(whole(
+        100,
+        "ETag: \"abc\"\r\nLast-Modified: Tue, 01 Dec 2026 10:00:00 GMT\r\n",
+    ))
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let old = "Mon, 30 Nov 2026 10:00:00 GMT";
+    let exact = "Tue, 01 Dec 2026 10:00:00 GMT";
+    for (headers, status) in [
+        (vec![("if-match", "\"abc\"")], 200),
+        (vec![("if-match", "\"x\", \"abc\"")], 200),
+        (vec![("if-match", "*")], 200),
+        (vec![("if-match", "\"x\"")], 412),
+        (vec![("if-match", "W/\"abc\"")], 412),
+        (vec![("if-unmodified-since", exact)], 200),
+        (vec![("if-unmodified-since", old)], 412),
+        (vec![("if-unmodified-since", "not a date")], 200),
+        (
+            vec![("if-match", "\"abc\""), ("if-unmodified-since", old)],
+            200,
+        ),
+        (vec![("if-match", "\"x\""), ("range", "bytes=0-9")], 412),
+    ] {
+        let mut request = get("/pre");
+        for (name, value) in &headers {
+            request = request.header(*name, *value);
+        }
+        let response = send(proxy, request.body(Empty::new()).unwrap()).await;
+        assert_eq!(response.status(), status, "{headers:?}");
+        let len = if status == 200 { 100 } else { 0 };
+        assert_eq!(read_body(response).await.unwrap().len(), len, "{headers:?}");
+    }
+    assert_eq!(origin.requests(), 1);
+    assert!(!origin.heads()[0].to_ascii_lowercase().contains("if-match"));
+}
