@@ -242,7 +242,8 @@ pub(crate) fn close_delimited(version: http::Version, headers: &HeaderMap) -> bo
     !last_coding.is_some_and(|c| c.eq_ignore_ascii_case("chunked"))
 }
 
-fn http_date(headers: &HeaderMap, name: header::HeaderName) -> Option<SystemTime> {
+/// The `name` field as an HTTP-date, if it is one.
+pub(crate) fn http_date(headers: &HeaderMap, name: header::HeaderName) -> Option<SystemTime> {
     let value = headers.get(name)?.to_str().ok()?;
     httpdate::parse_http_date(value.trim()).ok()
 }

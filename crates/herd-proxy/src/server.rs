@@ -1023,61 +1023,54 @@ impl Inner {
 /// is false for the stored response (RFC 9110 13.1.1, 13.1.4). An invalid date, or a stored
 /// response without `Last-Modified`, leaves `If-Unmodified-Since` unevaluated (true).
 fn precondition_failed(request: &HeaderMap, stored: &HeaderMap) -> bool {
-    let if_match: Vec<&str> = request
-        .get_all(header::IF_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .collect();
-    if !if_match.is_empty() {
-        let etag = stored.get(header::ETAG).and_then(|v| v.to_str().ok());
-        let strong = etag.map(str::trim).filter(|tag| !tag.starts_with("W/"));
-        let matched = if_match
-            .iter()
-            .any(|tag| *tag == "*" || (!tag.starts_with("W/") && Some(*tag) == strong));
+    if request.contains_key(header::IF_MATCH) {
+        let strong = stored
+            .get(header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|tag| !tag.starts_with("W/"));
+        let matched = entity_tags(request, header::IF_MATCH)
+            .any(|tag| tag == "*" || (!tag.starts_with("W/") && Some(tag) == strong));
         return !matched;
     }
-    let date = |map: &HeaderMap, name| {
-        map.get(name)
-            .and_then(|v: &HeaderValue| v.to_str().ok())
-            .and_then(|v| httpdate::parse_http_date(v.trim()).ok())
-    };
     match (
-        date(request, header::IF_UNMODIFIED_SINCE),
-        date(stored, header::LAST_MODIFIED),
+        policy::http_date(request, header::IF_UNMODIFIED_SINCE),
+        policy::http_date(stored, header::LAST_MODIFIED),
     ) {
         (Some(since), Some(modified)) => modified > since,
         _ => false,
     }
 }
 
+/// Whether the request's `If-None-Match` (weak comparison), or else its `If-Modified-Since`,
+/// says the client has the stored response (RFC 9110 13.1.2, 13.1.3).
 fn not_modified(request: &HeaderMap, stored: &HeaderMap) -> bool {
-    let opaque = |tag: &str| tag.trim().trim_start_matches("W/").to_owned();
-    let if_none_match: Vec<&HeaderValue> = request.get_all(header::IF_NONE_MATCH).iter().collect();
-    if !if_none_match.is_empty() {
+    let opaque = |tag: &str| tag.trim_start_matches("W/").to_owned();
+    if request.contains_key(header::IF_NONE_MATCH) {
         let Some(etag) = stored.get(header::ETAG).and_then(|v| v.to_str().ok()) else {
             return false;
         };
-        let etag = opaque(etag);
-        return if_none_match
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|tag| tag.trim() == "*" || opaque(tag) == etag);
+        let etag = opaque(etag.trim());
+        return entity_tags(request, header::IF_NONE_MATCH)
+            .any(|tag| tag == "*" || opaque(tag) == etag);
     }
-    let date = |map: &HeaderMap, name| {
-        map.get(name)
-            .and_then(|v: &HeaderValue| v.to_str().ok())
-            .and_then(|v| httpdate::parse_http_date(v.trim()).ok())
-    };
     match (
-        date(request, header::IF_MODIFIED_SINCE),
-        date(stored, header::LAST_MODIFIED),
+        policy::http_date(request, header::IF_MODIFIED_SINCE),
+        policy::http_date(stored, header::LAST_MODIFIED),
     ) {
         (Some(since), Some(modified)) => modified <= since,
         _ => false,
     }
+}
+
+/// The entity tags (or `*`) listed in every `name` field, trimmed.
+fn entity_tags(headers: &HeaderMap, name: HeaderName) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(name)
+        .into_iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
 }
 
 /// The status for a refresh that failed.

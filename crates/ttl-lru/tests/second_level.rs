@@ -467,19 +467,27 @@ fn leased_swr(l2: &MemorySecondLevel, lease: &Arc<MemoryLease>) -> Tier {
         .unwrap()
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_refresh_stands_down_while_another_process_holds_the_lease_and_serves_stale() {
+/// A tier (stale-while-revalidate 60 s, leased) that filled `k` = 1 and is now 1 s past its
+/// ttl in L1 (stale) and in L2 (gone), while another process holds the key's lease for 600 s
+/// (the tier's lease key is the hex of the encoded key), refreshing it. Returns its L2, the
+/// tier and its fill-call count.
+async fn stale_while_another_process_holds_the_lease() -> (MemorySecondLevel, Tier, Arc<AtomicUsize>)
+{
     use coalesce::{Acquire, FillLease};
     let l2 = MemorySecondLevel::new();
     let lease = Arc::new(MemoryLease::new());
     let b = leased_swr(&l2, &lease);
     let calls = Arc::new(AtomicUsize::new(0));
     assert_eq!(read(&b, "k", 1, &calls).await, (1, TierSource::Filled));
-    // Past the ttl in L1 (stale) and in L2 (gone); another process holds the key's lease (the
-    // tier's lease key is the hex of the encoded key) and is refreshing it.
     tokio::time::advance(TTL + Duration::from_secs(1)).await;
     let held = lease.try_acquire("6b", Duration::from_secs(600)).await;
     assert!(matches!(held, Ok(Acquire::Acquired(_))));
+    (l2, b, calls)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_stands_down_while_another_process_holds_the_lease_and_serves_stale() {
+    let (l2, b, calls) = stale_while_another_process_holds_the_lease().await;
     assert_eq!(read(&b, "k", 2, &calls).await, (1, TierSource::Stale));
     // Longer than the lease ttl: a refresh that waited for the holder would have filled by now.
     for _ in 0..50 {
@@ -521,16 +529,8 @@ async fn a_refresh_stands_down_while_another_process_holds_the_lease_and_serves_
 /// lease was held (here 600 s).
 #[tokio::test(start_paused = true)]
 async fn a_refresh_standing_down_does_not_extend_the_stale_window() {
-    use coalesce::{Acquire, FillLease};
-    let l2 = MemorySecondLevel::new();
-    let lease = Arc::new(MemoryLease::new());
-    let b = leased_swr(&l2, &lease);
-    let calls = Arc::new(AtomicUsize::new(0));
-    assert_eq!(read(&b, "k", 1, &calls).await, (1, TierSource::Filled));
     let expired = tokio::time::Instant::now() + TTL;
-    tokio::time::advance(TTL + Duration::from_secs(1)).await;
-    let held = lease.try_acquire("6b", Duration::from_secs(600)).await;
-    assert!(matches!(held, Ok(Acquire::Acquired(_))));
+    let (_l2, b, calls) = stale_while_another_process_holds_the_lease().await;
     let window_end = expired + Duration::from_secs(60);
     let mut stale_reads = 0;
     while tokio::time::Instant::now() < expired + Duration::from_secs(200) {
