@@ -1174,8 +1174,13 @@ impl Storage for DiskStorage {
         });
         {
             let mut index = shared.lock_index();
-            let admission = shared.fences.admit(&fence);
             let no_room = (index.used - index.complete) + header.len() as u64 > shared.capacity;
+            // A write refused for room is not visible: it must not fence out an older write of
+            // the key that could still be stored (`check` records nothing).
+            let admission = match no_room {
+                true => shared.fences.check(&fence),
+                false => shared.fences.admit(&fence),
+            };
             if admission == Admission::Admitted && no_room {
                 // No room even if every complete object went (writes in progress hold it):
                 // refused before anything is dropped, so the key's previous object stays.

@@ -156,6 +156,17 @@ impl FenceTable {
     ///
     /// A fence from another table, or for another key, is never admitted (`Superseded`).
     pub fn admit(&self, fence: &WriteFence) -> Admission {
+        self.decide(fence, true)
+    }
+
+    /// What [`admit`](Self::admit) would answer, recording nothing: for a write the backend
+    /// refuses anyway (no room), which must not fence out an older write that could still be
+    /// stored.
+    pub fn check(&self, fence: &WriteFence) -> Admission {
+        self.decide(fence, false)
+    }
+
+    fn decide(&self, fence: &WriteFence, record: bool) -> Admission {
         if !Arc::ptr_eq(&self.inner, &fence.table) {
             return Admission::Superseded;
         }
@@ -169,7 +180,9 @@ impl FenceTable {
         } else if fence.ticket < entry.visible_at {
             Admission::Superseded
         } else {
-            entry.visible_at = fence.ticket;
+            if record {
+                entry.visible_at = fence.ticket;
+            }
             Admission::Admitted
         }
     }

@@ -273,6 +273,26 @@ async fn a_write_that_cannot_fit_evicts_nothing() {
         storage.used_bytes()
     );
     drop((late, newer, filling));
+
+    // A newer fence's write refused for room never became visible: an older fence's write of
+    // the key, begun once there is room, is still stored (before, the refusal was recorded as
+    // the key's newest visible write, and the older write was superseded by nothing).
+    let dir = TempDir::new();
+    let storage = DiskStorage::open(dir.path(), capacity).await.unwrap();
+    let (older, newer) = (storage.fence(&"k".into()), storage.fence(&"k".into()));
+    let filling = fill_to_capacity(&storage, capacity).await;
+    let refused = storage
+        .begin_write_fenced(&"k".into(), ObjectMeta::new(vec![b'm'; 4096]), newer)
+        .await;
+    assert!(matches!(refused, Err(StorageError::NoRoom { .. })));
+    drop(filling);
+    let mut writer = storage
+        .begin_write_fenced(&"k".into(), ObjectMeta::default(), older)
+        .await
+        .unwrap();
+    writer.write(Bytes::from_static(b"older")).await.unwrap();
+    writer.finish().await.unwrap();
+    assert_eq!(body_of(&storage, "k").await, Some(b"older".to_vec()));
 }
 
 /// Restart: one scan rebuilds the index and the used bytes; a smaller capacity holds from the
