@@ -667,7 +667,15 @@ fn scan(
         }
     };
     for (path, seq) in layout.list()? {
-        let stored = match open_stored(&path)? {
+        let opened = open_stored(&path).unwrap_or_else(|error| {
+            // Unreadable (EIO, EACCES, a directory by that name): one bad file must not keep
+            // the whole storage from opening. Its seq still counts, so no new file takes its
+            // name while it may linger.
+            tracing::warn!(path = %path.display(), %error, "stream-cache: unreadable object");
+            next_seq = next_seq.max(seq.saturating_add(1));
+            Opened::Invalid("unreadable")
+        });
+        let stored = match opened {
             Opened::Missing => continue,
             Opened::Invalid(why) => {
                 tracing::info!(path = %path.display(), why, "stream-cache: removing invalid object");
@@ -680,12 +688,9 @@ fn scan(
         // Only a valid file's seq counts (a file named with seq `u64::MAX` overflowed this
         // addition: a panic in debug builds, from nothing but a file name).
         next_seq = next_seq.max(seq.saturating_add(1));
-        if stored.expires_ms.is_some_and(|at| at <= now) {
-            remove_quietly(&path);
-            note(&path);
-            continue;
-        }
-        // Two files for one key (one reappeared after a crash): the newer write wins.
+        // Two files for one key (one reappeared after a crash): the newer write wins, expired
+        // or not (an expired newer version leaves the key a miss; checking expiry first
+        // brought the older version back).
         let key = stored.key.clone();
         let entry = (seq, stored.file_len, stored.expires_ms, path);
         match found.get(&key) {
@@ -701,7 +706,17 @@ fn scan(
             }
         }
     }
-    let mut by_age: Vec<_> = found.into_iter().collect();
+    let mut by_age: Vec<_> = found
+        .into_iter()
+        .filter(|(_, (_, _, expires_ms, path))| {
+            let expired = expires_ms.is_some_and(|at| at <= now);
+            if expired {
+                remove_quietly(path);
+                note(path);
+            }
+            !expired
+        })
+        .collect();
     by_age.sort_by_key(|(_, (seq, ..))| *seq);
     let mut index = Index::new();
     for (key, (seq, len, expires_ms, path)) in by_age {
@@ -1075,7 +1090,14 @@ impl Storage for DiskStorage {
             stored.seq
         };
         let path = self.shared.layout.object_path(key, seq);
-        let opened = blocking(move || open_stored(&path)).await?;
+        // The outer error is the runtime's (no runtime, a failed blocking task); the inner one
+        // the file's, which makes this object unreadable: dropped like a corrupt one (it used
+        // to fail this key's every lookup, and so every fill of it, until a restart).
+        let opened = blocking(move || Ok(open_stored(&path))).await?;
+        let opened = opened.unwrap_or_else(|error| {
+            tracing::warn!(?key, %error, "stream-cache: unreadable object");
+            Opened::Invalid("unreadable")
+        });
         let stored = match opened {
             Opened::Valid(stored) if stored.key == *key => stored,
             Opened::Missing => return Ok(None),
