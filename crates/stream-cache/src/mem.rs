@@ -36,9 +36,14 @@ use crate::traits::{
 /// proxy whose clients started many large fills and hung up grew past its capacity by a whole
 /// object per abandoned fill.)
 ///
-/// Accounting: the bytes of the key's current write are charged as they arrive and released when
-/// the object is evicted, purged, replaced or aborted. Bytes still referenced by readers of a
-/// removed object stay alive until those readers are dropped; they are not charged.
+/// Accounting: a write's bytes are charged as they arrive, to the write itself, whether or not
+/// it is still the key's current write (one replaced, purged or expired while in progress goes
+/// on for its readers, and its bytes are real memory: until this was so, such a write grew
+/// past the capacity uncharged). A write's charge is released when it ends without becoming
+/// the key's complete object (aborted, dropped, or finished after being replaced), and a
+/// complete object's when it is evicted, purged, replaced or expires. Bytes still referenced
+/// by readers of a removed object stay alive until those readers are dropped; they are not
+/// charged.
 #[derive(Clone, Debug)]
 pub struct MemStorage {
     shared: Arc<Shared>,
@@ -75,7 +80,6 @@ const CLOCK_SLACK: usize = 16;
 struct Entry {
     id: u64,
     object: Arc<MemObject>,
-    charged: u64,
     complete: bool,
 }
 
@@ -84,6 +88,16 @@ struct MemObject {
     meta: ObjectMeta,
     cell: Arc<BodyCell>,
     referenced: AtomicBool,
+    /// The bytes charged for this write (see [`MemStorage`]'s accounting). Changed only under
+    /// the index lock; atomic so the entry and the writer can share it.
+    charged: AtomicU64,
+}
+
+impl MemObject {
+    /// Takes this write's charge off `used` (once: the charge is zeroed), under the index lock.
+    fn release(&self, index: &mut Index) {
+        index.used -= self.charged.swap(0, Ordering::Relaxed);
+    }
 }
 
 impl MemStorage {
@@ -105,7 +119,7 @@ impl MemStorage {
         }
     }
 
-    /// Bytes currently charged (complete objects plus current in-progress writes).
+    /// Bytes currently charged (complete objects plus every write in progress).
     pub fn used_bytes(&self) -> u64 {
         self.shared.index.read().used
     }
@@ -122,12 +136,14 @@ impl MemStorage {
 }
 
 impl Index {
+    /// Unindexes `key`. A complete object's charge goes with it; a write in progress keeps its
+    /// own until it ends (it goes on for the readers bound to it).
     fn remove(&mut self, key: &CacheKey) -> Option<Entry> {
         let entry = self.map.remove(key)?;
-        self.used -= entry.charged;
         if entry.complete {
             self.complete -= 1;
-            self.complete_bytes -= entry.charged;
+            self.complete_bytes -= entry.object.charged.load(Ordering::Relaxed);
+            entry.object.release(self);
             self.compact_if_stale();
         }
         Some(entry)
@@ -189,11 +205,13 @@ impl Index {
 }
 
 impl Shared {
-    /// Abort a write and drop it from the index, in that order, under the index lock.
-    fn abort_write(&self, key: &CacheKey, id: u64, cell: &BodyCell, reason: AbortReason) {
+    /// Abort a write, drop it from the index and release its charge, in that order, under the
+    /// index lock.
+    fn abort_write(&self, key: &CacheKey, id: u64, object: &MemObject, reason: AbortReason) {
         let mut index = self.index.write();
-        cell.abort(reason);
+        object.cell.abort(reason);
         index.remove_if_current(key, id);
+        object.release(&mut index);
     }
 }
 
@@ -288,6 +306,7 @@ impl Storage for MemStorage {
             meta,
             cell,
             referenced: AtomicBool::new(false),
+            charged: AtomicU64::new(0),
         });
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let admission = {
@@ -301,7 +320,6 @@ impl Storage for MemStorage {
                         Entry {
                             id,
                             object: Arc::clone(&object),
-                            charged: 0,
                             complete: false,
                         },
                     );
@@ -353,31 +371,29 @@ impl BodyWriter for MemWriter {
         let n = chunk.len() as u64;
         let capacity = self.shared.capacity;
         let mut index = self.shared.index.write();
-        let current = index
-            .map
-            .get(&self.key)
-            .is_some_and(|entry| entry.id == self.id);
-        if current && (index.used - index.complete_bytes).saturating_add(n) > capacity {
+        // Current or not (replaced, purged or expired while in progress), the write's bytes
+        // are memory: every write is bounded and charged alike.
+        if (index.used - index.complete_bytes).saturating_add(n) > capacity {
             // No room even if every complete object went: refused before anything is
             // evicted for it (the lock order index -> cell, as `purge`'s).
             let reason = AbortReason::TooLarge { limit: capacity };
             self.object.cell.abort(reason.clone());
             index.remove_if_current(&self.key, self.id);
+            self.object.release(&mut index);
             self.done = true;
             return Err(WriteError::Aborted(reason));
         }
         match self.object.cell.append(chunk) {
             Ok(_) => {
-                if current && let Some(entry) = index.map.get_mut(&self.key) {
-                    entry.charged += n;
-                    index.used += n;
-                    index.evict(capacity);
-                }
+                self.object.charged.fetch_add(n, Ordering::Relaxed);
+                index.used += n;
+                index.evict(capacity);
                 Ok(())
             }
             Err(reason) => {
                 // The cell is aborted already (limit, purge, ...): make sure it is unindexed.
                 index.remove_if_current(&self.key, self.id);
+                self.object.release(&mut index);
                 self.done = true;
                 Err(WriteError::Aborted(reason))
             }
@@ -393,14 +409,19 @@ impl BodyWriter for MemWriter {
                     && entry.id == self.id
                 {
                     entry.complete = true;
-                    index.complete_bytes += entry.charged;
+                    index.complete_bytes += self.object.charged.load(Ordering::Relaxed);
                     index.push_complete(self.key.clone(), self.id);
                     index.evict(self.shared.capacity);
+                } else {
+                    // Complete, but no longer the key's object: nothing keeps it but its
+                    // readers (uncharged, as any removed object's).
+                    self.object.release(&mut index);
                 }
                 Ok(len)
             }
             Err(reason) => {
                 index.remove_if_current(&self.key, self.id);
+                self.object.release(&mut index);
                 Err(WriteError::Aborted(reason))
             }
         }
@@ -409,7 +430,7 @@ impl BodyWriter for MemWriter {
     fn abort(mut self: Box<Self>, reason: AbortReason) {
         self.done = true;
         self.shared
-            .abort_write(&self.key, self.id, &self.object.cell, reason);
+            .abort_write(&self.key, self.id, &self.object, reason);
     }
 
     fn state(&self) -> WriteState {
@@ -426,12 +447,8 @@ impl BodyWriter for MemWriter {
 impl Drop for MemWriter {
     fn drop(&mut self) {
         if !self.done {
-            self.shared.abort_write(
-                &self.key,
-                self.id,
-                &self.object.cell,
-                AbortReason::WriterDropped,
-            );
+            self.shared
+                .abort_write(&self.key, self.id, &self.object, AbortReason::WriterDropped);
         }
     }
 }

@@ -208,6 +208,65 @@ async fn mem_evicts_complete_objects_only() {
     assert!(storage.lookup(&key("d")).await.unwrap().is_some());
 }
 
+/// A write that stops being the key's object while in progress (replaced, or expired at a
+/// lookup; purged writes abort) goes on for its readers, and its bytes stay charged and
+/// bounded until it ends. Before, they were released at once and its later chunks were neither
+/// checked nor charged: such a write grew past the capacity while `used_bytes` said 0.
+#[tokio::test]
+async fn mem_writes_that_are_no_longer_current_stay_charged_and_bounded() {
+    let body = |n: usize| Bytes::from(vec![b'x'; n]);
+    for detach in ["replace", "expire"] {
+        let storage = MemStorage::new(100);
+        let meta = match detach {
+            "expire" => ObjectMeta::default()
+                .with_expiry(std::time::SystemTime::now() - std::time::Duration::from_secs(1)),
+            _ => ObjectMeta::default(),
+        };
+        let mut a = storage.begin_write(&key("a"), meta).await.unwrap();
+        let mut a_reader = a.source().unwrap().open();
+        a.write(body(40)).await.unwrap();
+        let replacement = match detach {
+            "replace" => Some(
+                storage
+                    .begin_write(&key("a"), ObjectMeta::default())
+                    .await
+                    .unwrap(),
+            ),
+            _ => {
+                assert!(storage.lookup(&key("a")).await.unwrap().is_none());
+                None
+            }
+        };
+        assert_eq!(storage.used_bytes(), 40, "{detach}: still charged");
+        a.write(body(40)).await.unwrap();
+        assert_eq!(storage.used_bytes(), 80, "{detach}: charged as it grows");
+        let refused = a.write(body(40)).await;
+        assert!(refused.is_err(), "{detach}: bounded: 120 bytes of 100");
+        assert_eq!(storage.used_bytes(), 0, "{detach}: released as it ended");
+        let (read, end) = drain(&mut *a_reader).await;
+        assert_eq!(read.len(), 80);
+        assert!(end.is_err(), "{detach}: its reader sees the abort");
+        drop(replacement);
+        // A detached write that finishes releases its charge too.
+        let mut b = storage
+            .begin_write(&key("b"), ObjectMeta::default())
+            .await
+            .unwrap();
+        b.write(body(30)).await.unwrap();
+        let newer = storage
+            .begin_write(&key("b"), ObjectMeta::default())
+            .await
+            .unwrap();
+        b.finish().await.unwrap();
+        assert_eq!(
+            storage.used_bytes(),
+            0,
+            "{detach}: a finished detached write"
+        );
+        drop(newer);
+    }
+}
+
 #[tokio::test]
 async fn mem_accounting_returns_to_zero() {
     let storage = MemStorage::new(1 << 20);
