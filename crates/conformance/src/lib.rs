@@ -186,6 +186,7 @@ macro_rules! storage_tests {
                 range_reader_sees_abort
                 range_end_one_past_length
                 source_reader_sees_abort
+                reader_count_counts_open_readers
                 expired_object_is_a_miss
                 persistent_complete_objects_survive
                 persistent_purge_is_final

@@ -185,3 +185,12 @@ async fn a_false_claim_of_persistence_is_caught() {
 async fn checksum_stored_but_never_verified() {
     suite_catches(Bug::ChecksumNotVerified, "corrupted_body_is_not_served").await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn reader_count_stuck_at_zero() {
+    suite_catches(
+        Bug::ReaderCountStuckAtZero,
+        "reader_count_counts_open_readers",
+    )
+    .await;
+}

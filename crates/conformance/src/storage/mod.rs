@@ -65,8 +65,8 @@ pub use readers::{
 };
 pub use sweeps::{cancel_sweep_purge, cancel_sweep_read, cancel_sweep_write};
 pub use waits::{
-    range_end_one_past_length, range_reader_sees_abort, seek_waiting_is_woken,
-    source_reader_sees_abort,
+    range_end_one_past_length, range_reader_sees_abort, reader_count_counts_open_readers,
+    seek_waiting_is_woken, source_reader_sees_abort,
 };
 pub use writers::{concurrent_writers_one_key, replacing_an_object};
 
@@ -436,6 +436,7 @@ case_table!(
     range_reader_sees_abort,
     range_end_one_past_length,
     source_reader_sees_abort,
+    reader_count_counts_open_readers,
     expired_object_is_a_miss,
     persistent_complete_objects_survive,
     persistent_purge_is_final,

@@ -191,3 +191,47 @@ pub async fn source_reader_sees_abort(ctx: Ctx) -> CaseResult {
     )
     .await
 }
+
+/// With partial reads, for a backend that counts readers (`BodySource::reader_count` is
+/// `Some`): the count is every open reader of the write, from its source and from `lookup`, and
+/// falls as each is dropped. `StreamCache` aborts a write nobody reads (`NoReaderPolicy::Abort`)
+/// when the count reads 0: a count that misses readers aborts bodies clients are reading.
+pub async fn reader_count_counts_open_readers(ctx: Ctx) -> CaseResult {
+    ctx.require(Need::PartialReads)?;
+    let key = CacheKey::from("counted");
+    let mut writer = check::begin(&ctx, "begin_write", &key, ObjectMeta::default()).await?;
+    check::write(&ctx, "3 bytes", &mut *writer, Bytes::from_static(b"abc")).await?;
+    let Some(source) = writer.source() else {
+        return Err(ctx.failure(
+            "BodyWriter::source to be Some with the partial_reads capability",
+            "None",
+        ));
+    };
+    let Some(before) = source.reader_count() else {
+        return Err(ctx.skip("the backend does not count readers (reader_count is None)"));
+    };
+    let counted = |what: &str, expected: usize| {
+        let seen = source.reader_count();
+        ctx.ensure(
+            seen == Some(expected),
+            format!("reader_count {expected} {what}"),
+            format!("{seen:?}"),
+        )
+    };
+    let from_source = source.open();
+    counted("with a reader from the source", before + 1)?;
+    let Some(from_lookup) = check::lookup(&ctx, "lookup of the write in progress", &key).await?
+    else {
+        return Err(ctx.failure(
+            "lookup to find a write in progress (partial_reads)",
+            "a miss",
+        ));
+    };
+    counted("with one more from lookup", before + 2)?;
+    drop(from_source);
+    counted("once the source's reader is dropped", before + 1)?;
+    drop(from_lookup);
+    counted("once both are dropped", before)?;
+    writer.abort(AbortReason::Cancelled);
+    Ok(())
+}

@@ -56,6 +56,9 @@ pub enum Bug {
     SourceReaderAbortAsCleanEnd,
     /// A checksum is stored at `finish` but never compared when the body is read.
     ChecksumNotVerified,
+    /// `BodySource::reader_count` says `Some(0)` whatever is open: `StreamCache` would abort
+    /// bodies clients are reading under `NoReaderPolicy::Abort`.
+    ReaderCountStuckAtZero,
 }
 
 /// Largest chunk one read returns.
@@ -412,7 +415,7 @@ impl BodySource for BuggySource {
     }
 
     fn reader_count(&self) -> Option<usize> {
-        None
+        (self.0.bug == Bug::ReaderCountStuckAtZero).then_some(0)
     }
 }
 
