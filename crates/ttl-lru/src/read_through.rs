@@ -424,8 +424,12 @@ where
                         "fill timed out"
                     );
                     let retry_at = self.now().saturating_add(self.inner.negative_ttl_ms);
-                    self.shard(hash)
-                        .release_refresh(hash, leader.key(), retry_at);
+                    self.shard(hash).release_refresh_of_fill(
+                        hash,
+                        leader.key(),
+                        retry_at,
+                        fence.fence,
+                    );
                     let timed_out: ErasedError = Arc::new(FillTimeout);
                     let _ = leader.finish(Err(timed_out));
                     return Err(FetchError::FillTimedOut);

@@ -601,6 +601,25 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         }
     }
 
+    /// [`release_refresh`](Self::release_refresh) for a fill that started at `fence`: nothing if
+    /// the key was written since (the entry there now, and any claim on its refresh, belong to
+    /// that write, not to this fill).
+    pub(crate) fn release_refresh_of_fill<Q>(&self, hash: u64, q: &Q, retry_at: u64, fence: u64)
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let t = self.table.read();
+        if t.writes
+            .fences(fence, self.writes.load(Ordering::Acquire), hash)
+        {
+            return;
+        }
+        if let Some(gate) = t.find_value(hash, q).and_then(|i| t.gate(i)) {
+            let _ = gate.compare_exchange(GATE_BUSY, retry_at, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
     /// The fence for a fill of a key of this shard: read it before the fill starts. (The same
     /// for every key: the publish checks which keys were written since, `fence.rs`.)
     #[inline]
@@ -879,6 +898,17 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     ) -> Result<Write<K, V>, InsertError> {
         {
             let t = self.table.read();
+            // A write of the key (or a clear) since this fill started: the value found now is
+            // not the one the fill was refreshing, and the error touches nothing. (Checked
+            // first: it used to reopen that newer value's refresh gate at `retry_at`, taking
+            // the claim of a refresh that had begun, and delaying the next one by the negative
+            // ttl.) The write count moves only under the write lock.
+            if let WriteMode::Fenced(f) = mode
+                && t.writes
+                    .fences(f, self.writes.load(Ordering::Acquire), hash)
+            {
+                return Ok(Write::Done(WriteOutcome::Fenced));
+            }
             // A value still usable (fresh or stale, not idle past its time-to-idle) stays:
             // stale-if-error. One gone idle is gone, and the error replaces it.
             if let Some(i) = t.find_value(hash, &key)

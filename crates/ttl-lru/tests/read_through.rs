@@ -707,6 +707,75 @@ async fn a_refresh_claimed_during_a_fill_that_stores_nothing_still_happens() {
     assert_eq!(c.get(&1), Some(2), "the refresh stored its value");
 }
 
+/// The same, when the open fill fails, or times out, with negative caching on: its end concerns
+/// the value it was refreshing, not the one the insert stored since. Before, the error's
+/// stale-if-error step (or the timeout's release of a claim) found the newer value and reopened
+/// its refresh gate at the negative ttl: it took the claim of the refresh that had begun and
+/// kept every later reader on the stale value with no refresh (here for the whole window).
+#[tokio::test(start_paused = true)]
+async fn a_refresh_claimed_during_a_fill_that_fails_still_happens() {
+    refresh_claimed_during_an_open_fill_that_ends(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_claimed_during_a_fill_that_times_out_still_happens() {
+    refresh_claimed_during_an_open_fill_that_ends(true).await;
+}
+
+/// See the two tests above: the open fill fails, or (`times_out`) is a detached fill that runs
+/// past its 5 s `fill_timeout`.
+async fn refresh_claimed_during_an_open_fill_that_ends(times_out: bool) {
+    let c: Cache<u64, u64> = Cache::builder(10)
+        .clock(TokioClock::new())
+        .stale_while_revalidate(Duration::from_secs(30))
+        .negative_ttl(Duration::from_secs(60))
+        .build();
+    let gate = Arc::new(Notify::new());
+    let (c1, waiting) = (c.clone(), Arc::clone(&gate));
+    let failing = move || async move {
+        waiting.notified().await;
+        Err::<u64, _>(Boom(1))
+    };
+    let open = tokio::spawn(async move {
+        match times_out {
+            true => {
+                let never = std::future::pending::<Result<u64, Boom>>;
+                c1.get_or_try_insert_detached(1, forever, never, Duration::from_secs(5))
+                    .await
+            }
+            false => c1.get_or_try_insert(1, forever, failing).await,
+        }
+    });
+    tokio::task::yield_now().await;
+    c.insert(1, 10, SEC).unwrap(); // fences the open fill
+    advance(Duration::from_secs(2)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let got = c
+        .get_or_try_insert(1, secs(1), counted(&runs, 2, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!((got.value, got.source), (10, Source::Stale));
+    match times_out {
+        true => advance(Duration::from_secs(4)).await,
+        false => gate.notify_waiters(),
+    }
+    assert!(open.await.unwrap().is_err());
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..3 {
+        let got = c
+            .get_or_try_insert(1, secs(1), counted(&runs, 2, Duration::ZERO))
+            .await
+            .unwrap();
+        assert!(matches!(got.source, Source::Stale | Source::Hit));
+        tokio::task::yield_now().await;
+    }
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "exactly one refresh ran");
+    assert_eq!(c.get(&1), Some(2), "the refresh stored its value");
+}
+
 /// The same, when the open fill is abandoned (its caller dropped, nobody waiting): the claimed
 /// refresh takes the fill over instead of leaving the stale entry unrefreshed.
 #[tokio::test(start_paused = true)]
