@@ -78,7 +78,9 @@ where
     ///
     /// `keep` runs with no lock held, on a copy of each shard's fresh entries. An entry whose key
     /// is written (inserted, removed, filled) after its shard was copied is newer than what
-    /// `keep` saw and is left alone; entries that are stale or expired are not offered (expiry
+    /// `keep` saw and is left alone, and so is a key whose entry left by itself (evicted) before
+    /// its removal: a fill of it is then newer than the verdict, and nothing is counted;
+    /// entries that are stale or expired are not offered (expiry
     /// and `purge_expired` deal with them). Entries that exist from the start of the call to
     /// its end and that `keep` rejects are gone when it returns.
     pub fn retain<P>(&self, mut keep: P) -> usize
@@ -101,7 +103,7 @@ where
                             removed += 1;
                             break;
                         }
-                        Unwritten::Written => break,
+                        Unwritten::Written | Unwritten::Gone => break,
                         // The log overflowed: judge the key's current entry afresh.
                         Unwritten::Unknown => match shard.peek_fenced(hash, &key, self.now()) {
                             (now_fence, Some(v)) if !keep(&key, &v) => fence = now_fence,

@@ -150,3 +150,29 @@ async fn retain_fences_and_detaches_the_removed_keys_fills() {
     assert_eq!((next.value, next.source), (6, Source::Filled));
     drop(stuck);
 }
+
+/// A rejected entry that left by itself while the predicate ran (evicted here: evictions are
+/// not logged writes) leaves nothing to remove: a fill of its key that started after it left
+/// is newer than the verdict and stores, and nothing is counted. Before, the key's fence was
+/// bumped anyway (that fill's value was dropped as fenced, and its flight detached) and the
+/// removal counted.
+#[test]
+fn retain_leaves_alone_a_fill_of_a_key_whose_entry_left_during_the_pass() {
+    let clock = ManualClock::new();
+    let c = cache(1, &clock);
+    c.insert(5, 5, Duration::MAX).unwrap();
+    let mut fill_fence = None;
+    let removed = c.retain(|k, _| {
+        c.set_capacity(0); // evicts every entry
+        c.set_capacity(1000);
+        fill_fence = Some(c.fence(k)); // a miss's fill of the key starts
+        false
+    });
+    assert_eq!(removed, 0, "nothing was there to remove");
+    assert_eq!(
+        c.insert_fenced(fill_fence.unwrap(), 5, 55, Duration::MAX),
+        Ok(true),
+        "the fill that started after the entry left stores"
+    );
+    assert_eq!(c.get(&5), Some(55));
+}

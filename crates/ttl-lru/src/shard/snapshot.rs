@@ -14,8 +14,11 @@ use crate::sync::Ordering;
 /// Whether a conditional removal applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Unwritten {
-    /// No write of the key since the fence: the entry (if still there) was removed.
+    /// No write of the key since the fence: the entry was removed.
     Removed,
+    /// No write of the key since the fence, and no entry either (evicted, or gone idle, since
+    /// the copy): nothing of what was judged is left, and nothing was touched.
+    Gone,
     /// The key was written since: the entry there now is newer than the one judged.
     Written,
     /// More writes went to the shard since the fence than its write log remembers: unknown.
@@ -92,8 +95,13 @@ impl<K: Eq + Hash + Clone, V: Clone> Shard<K, V> {
         {
             return Unwritten::Written;
         }
-        self.bump_fence(&mut t, hash);
         let removed = self.remove_key_locked(&mut t, hash, q);
+        if removed.is_none() {
+            // A fill of the key running now started after the entry left (evictions are not
+            // logged writes): it is newer than the verdict, and is neither fenced nor counted.
+            return Unwritten::Gone;
+        }
+        self.bump_fence(&mut t, hash);
         drop(t);
         // Reported (or dropped: key and value are user types) here, unlocked.
         self.report(removed, RemovalCause::Invalidated, now);
