@@ -283,7 +283,7 @@ pub(crate) struct State {
 
 impl State {
     pub(crate) fn new(capacity: u64, pool_size: usize, minis: Arc<MiniSims>) -> Self {
-        let capacity = capacity.max(1);
+        let capacity = crate::admission::policy_capacity(capacity);
         Self {
             capacity,
             window_pool: EvictionPool::new(pool_size),
@@ -395,7 +395,7 @@ impl State {
     /// the idle decay's unit the capacity. The window's pool and length stay: a window above
     /// its new target is demoted by the next evictions, as when the share falls.
     pub(crate) fn resize(&mut self, capacity: u64) {
-        let capacity = capacity.max(1);
+        let capacity = crate::admission::policy_capacity(capacity);
         if capacity == self.capacity {
             return;
         }

@@ -106,6 +106,17 @@ pub(crate) fn fmix64(mut k: u64) -> u64 {
     k
 }
 
+/// The largest share of capacity the frequency policies size themselves for. A sketch is
+/// capped far below it anyway (2^26 counters per row), and their products of the share (a
+/// sample period, an idle unit) overflowed for capacities near `u64::MAX`: a capacity that
+/// no memory can hold is as good as this one.
+pub(crate) const MAX_POLICY_CAPACITY: u64 = 1 << 40;
+
+/// `capacity` as the frequency policies size themselves: 1 to [`MAX_POLICY_CAPACITY`].
+pub(crate) fn policy_capacity(capacity: u64) -> u64 {
+    capacity.clamp(1, MAX_POLICY_CAPACITY)
+}
+
 /// Per-shard frequency sketch.
 #[derive(Debug)]
 pub(crate) struct FrequencySketch {
@@ -142,6 +153,7 @@ impl FrequencySketch {
     /// capacity, halving every `period x capacity` records (only those that raised a counter if
     /// `added_only`).
     pub(crate) fn shaped(capacity: u64, period: u64, per_entry: u64, added_only: bool) -> Self {
+        let capacity = policy_capacity(capacity);
         let width = usize::try_from(capacity.saturating_mul(per_entry).clamp(64, 1 << 26))
             .unwrap_or(1 << 26)
             .next_power_of_two();
@@ -155,7 +167,7 @@ impl FrequencySketch {
             door_mask: door_bits - 1,
             records: AtomicU64::new(0),
             ages: AtomicU64::new(0),
-            sample_size: period * capacity.max(16),
+            sample_size: period.saturating_mul(capacity.max(16)),
             added_only,
         }
     }

@@ -179,6 +179,46 @@ fn an_entry_heavier_than_any_budget_is_too_heavy_not_a_hang() {
     assert_eq!((most, len), (Ok(true), 1));
 }
 
+/// Any capacity works with every admission policy, at build time and through `set_capacity`:
+/// the policies size their frequency state and idle unit from the share, which overflowed for
+/// capacities near `u64::MAX` (a panic in debug builds, a division by zero under the shard lock
+/// in release ones; a `set_capacity` that panicked so left the budget behind its total, and
+/// every later insert spun for room).
+#[test]
+fn huge_capacities_work_with_every_admission_policy() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for admission in [Admission::TinyLfu, Admission::Adaptive] {
+            for capacity in [u64::MAX, 1 << 63, 1 << 61] {
+                let c: Cache<u64, u64> = Cache::builder(capacity)
+                    .admission(admission)
+                    .shards(1)
+                    .build();
+                for k in 0..100 {
+                    c.insert(k, k, FOREVER).unwrap();
+                    let _ = c.get(&k);
+                }
+                assert_eq!(c.len(), 100, "{admission:?} at {capacity}");
+            }
+            let c: Cache<u64, u64> = Cache::builder(1000).admission(admission).shards(1).build();
+            c.set_capacity(u64::MAX);
+            c.set_capacity(1000);
+            for k in 0..2_000 {
+                let _ = c.insert(k, k, FOREVER);
+            }
+            assert!(
+                c.len() <= 1000 && !c.is_empty(),
+                "{admission:?}: {}",
+                c.len()
+            );
+        }
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a policy at a huge capacity panicked or hung");
+}
+
 #[test]
 fn overweight_entries_are_rejected_with_the_reason() {
     let c: Cache<u64, Vec<u8>> = Cache::builder(100)
