@@ -529,17 +529,18 @@ where
     {
         // Reopens the refresh gate if the refresh never gets to publish (no runtime, the task is
         // dropped or panics). After a publish the entry was replaced or its gate already reset,
-        // so the release is then a no-op.
+        // so the release is then a no-op. Made before any user code runs (`K::clone` below): a
+        // panic there used to leave the gate claimed for the rest of the stale window.
         let gate = RefreshGate {
             cache: self.clone(),
-            key: key.clone(),
+            key,
             hash,
         };
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let fence = self.shard(hash).fence(hash);
-        match self.inner.group.join(key).now_or_never() {
+        match self.inner.group.join(gate.key.clone()).now_or_never() {
             Some(Joined::Leader(leader)) => {
                 let fence = Started::lead(fence);
                 if fence.at.is_some() {

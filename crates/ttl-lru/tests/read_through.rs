@@ -811,3 +811,65 @@ async fn a_refresh_claimed_during_an_abandoned_fill_still_happens() {
     assert_eq!(c.stats().refreshes, 1);
     assert!(c.get(&1).is_some(), "the refresh stored its value");
 }
+
+/// A key whose `Clone` panics while its flag is set (user code that fails at a bad moment).
+#[derive(Debug)]
+struct TouchyKey(u64, Arc<std::sync::atomic::AtomicBool>);
+
+impl Clone for TouchyKey {
+    fn clone(&self) -> Self {
+        assert!(!self.1.load(Ordering::SeqCst), "TouchyKey::clone panics");
+        TouchyKey(self.0, Arc::clone(&self.1))
+    }
+}
+
+impl PartialEq for TouchyKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for TouchyKey {}
+
+impl std::hash::Hash for TouchyKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+/// A `K::clone` that panics just after a stale read claimed the entry's refresh leaves the
+/// claim open: the next stale read refreshes. Before, the claim was taken before the guard
+/// that releases it existed, and stayed taken for the rest of the stale window.
+#[tokio::test(start_paused = true)]
+async fn a_key_clone_that_panics_after_a_refresh_claim_leaves_it_open() {
+    use futures::FutureExt;
+    let c: Cache<TouchyKey, u64> = Cache::builder(10)
+        .clock(TokioClock::new())
+        .stale_while_revalidate(Duration::from_secs(10))
+        .build();
+    let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let key = || TouchyKey(1, Arc::clone(&flag));
+    let runs = Arc::new(AtomicUsize::new(0));
+    c.get_or_try_insert(key(), secs(1), counted(&runs, 1, Duration::ZERO))
+        .await
+        .unwrap();
+    advance(Duration::from_secs(2)).await;
+    let panicking = key();
+    flag.store(true, Ordering::SeqCst);
+    let read = c.get_or_try_insert(panicking, secs(1), counted(&runs, 2, Duration::ZERO));
+    let outcome = std::panic::AssertUnwindSafe(read).catch_unwind().await;
+    assert!(outcome.is_err(), "the clone panicked");
+    flag.store(false, Ordering::SeqCst);
+    let got = c
+        .get_or_try_insert(key(), secs(1), counted(&runs, 3, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!((got.value, got.source), (1, Source::Stale));
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the next stale read refreshed"
+    );
+    assert_eq!(c.get(&key()), Some(3));
+}
