@@ -399,11 +399,14 @@ where
     /// [`remove`](Self::remove) that also makes the next read-through caller start afresh).
     pub fn invalidate(&self, key: &K) -> Option<V> {
         let hash = self.hash(key);
-        let v = self
-            .shard(hash)
-            .remove_as(hash, key, RemovalCause::Invalidated, self.now());
-        self.inner.group.forget(key);
-        v
+        // The flight is detached however the removal ends: with a listener it clones the value
+        // (user code), and a panic there used to skip this, so later callers joined the flight
+        // from before the invalidation and got its value.
+        let _forget = ForgetOnDrop(|| {
+            self.inner.group.forget(key);
+        });
+        self.shard(hash)
+            .remove_as(hash, key, RemovalCause::Invalidated, self.now())
     }
 
     /// Claims the right to refresh `key`'s stale entry (past its TTL, inside the stale window):
@@ -649,6 +652,15 @@ pub(crate) fn shard_of(hash: u64, shards: usize) -> usize {
 /// What a hit writes, checked through the logging atomics of test builds (`atomic.rs`): the
 /// invariant "a hit writes nothing another thread's hits write" as a test that fails if a
 /// shared write is added to the default hit path (issue 17).
+/// Runs its closure when dropped, unwinding included.
+struct ForgetOnDrop<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for ForgetOnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}
+
 #[cfg(all(test, not(herd_loom)))]
 mod tests {
     use super::*;
