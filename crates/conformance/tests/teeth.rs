@@ -194,3 +194,8 @@ async fn reader_count_stuck_at_zero() {
     )
     .await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn checksum_verified_only_after_serving_the_body() {
+    suite_catches(Bug::ChecksumVerifiedAtEnd, "corrupted_body_is_not_served").await;
+}

@@ -178,7 +178,8 @@ impl Settings {
     /// How to damage what the backend stored, as bit rot or a torn write would: flip at least
     /// one byte in the middle of every stored body (not its metadata). The
     /// `corrupted_body_is_not_served` case then requires that the body is served byte-exact or
-    /// not at all (never other bytes followed by a clean end); without a hook it is skipped.
+    /// not at all (a miss, or a prefix of the real body and an error: never a damaged byte);
+    /// without a hook it is skipped.
     pub fn damage<S, Fut>(mut self, damage: impl Fn(&S) -> Fut + Send + Sync + 'static) -> Self
     where
         S: Storage,

@@ -56,6 +56,9 @@ pub enum Bug {
     SourceReaderAbortAsCleanEnd,
     /// A checksum is stored at `finish` but never compared when the body is read.
     ChecksumNotVerified,
+    /// The checksum is compared only once the whole body was read: damaged bytes are served
+    /// first, then the error (a client resuming from those bytes keeps them).
+    ChecksumVerifiedAtEnd,
     /// `BodySource::reader_count` says `Some(0)` whatever is open: `StreamCache` would abort
     /// bodies clients are reading under `NoReaderPolicy::Abort`.
     ReaderCountStuckAtZero,
@@ -439,6 +442,15 @@ impl BuggyReader {
 
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, BodyError>> {
         let mut state = self.body.state.lock().unwrap();
+        // RULE: a stored checksum is verified before any byte of the body is served.
+        if !matches!(
+            self.body.bug,
+            Bug::ChecksumNotVerified | Bug::ChecksumVerifiedAtEnd
+        ) && matches!(state.end, Some(Ok(())))
+            && state.sum.is_some_and(|sum| sum != checksum(&state.bytes))
+        {
+            return Poll::Ready(Err(BodyError::Aborted(AbortReason::Corrupt)));
+        }
         let len = state.bytes.len() as u64;
         let limit = self.end.unwrap_or(u64::MAX).min(len);
         if self.pos < limit {
@@ -478,7 +490,7 @@ impl BuggyReader {
                         len,
                     }))
                 }
-                // RULE: a stored checksum is verified before the clean end.
+                // (`ChecksumVerifiedAtEnd`: verified here only.)
                 _ if self.body.bug != Bug::ChecksumNotVerified
                     && state.sum.is_some_and(|sum| sum != checksum(&state.bytes)) =>
                 {
