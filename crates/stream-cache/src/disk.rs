@@ -277,6 +277,8 @@ impl DiskStorageBuilder {
                 next_seq: AtomicU64::new(scan.next_seq),
                 dir_synced,
                 dir_syncs: AtomicU64::new(scan.dir_syncs),
+                #[cfg(test)]
+                fail_next_dir_sync: AtomicBool::new(false),
                 capacity,
                 max_object_size,
                 durability,
@@ -306,6 +308,9 @@ struct DiskShared {
     dir_synced: Box<[AtomicU64]>,
     /// Directory fsyncs done, the restart scan's included (for tests of the durability rules).
     dir_syncs: AtomicU64,
+    /// Makes the next object-directory fsync fail (tests of a failed durable `finish`).
+    #[cfg(test)]
+    fail_next_dir_sync: AtomicBool,
     capacity: u64,
     max_object_size: u64,
     durability: Durability,
@@ -354,6 +359,19 @@ struct ActiveWrite {
     tmp_path: PathBuf,
     /// Bytes of its temp file charged to `Index::used`; changed under the index lock only.
     charged: AtomicU64,
+    /// Set (under the index lock) once `finish` renamed the temp file to its object path,
+    /// before the object is published: an abort from then on removes that file instead.
+    renamed: AtomicBool,
+}
+
+impl ActiveWrite {
+    /// Where this write's file is now (read under the index lock).
+    fn file_path(&self, layout: &Layout, key: &CacheKey) -> PathBuf {
+        match self.renamed.load(Ordering::Relaxed) {
+            true => layout.object_path(key, self.seq),
+            false => self.tmp_path.clone(),
+        }
+    }
 }
 
 fn io_error(error: io::Error) -> AbortReason {
@@ -940,6 +958,10 @@ impl DiskShared {
     async fn sync_subdir(&self, subdir: usize) -> io::Result<()> {
         // Read before the fsync starts: the unlinks done by then are what it makes durable.
         let upto = self.lock_index().unlinks[subdir];
+        #[cfg(test)]
+        if self.fail_next_dir_sync.swap(false, Ordering::Relaxed) {
+            return Err(io::Error::other("injected directory fsync failure"));
+        }
         let dir = self.layout.subdir_path(subdir);
         blocking(move || sync_dir(&dir)).await?;
         self.dir_synced[subdir].fetch_max(upto, Ordering::Relaxed);
@@ -993,7 +1015,7 @@ impl DiskShared {
     /// Abort a write, unindex it (in that order, under the index lock), give back its bytes and
     /// delete its temp file.
     fn abort_write(&self, key: &CacheKey, write: &ActiveWrite, reason: AbortReason) {
-        {
+        let path = {
             let mut index = self.lock_index();
             write.cell.abort(reason);
             if index
@@ -1004,8 +1026,9 @@ impl DiskShared {
                 index.active.remove(key);
             }
             Self::release(&mut index, write);
-        }
-        remove_quietly(&write.tmp_path);
+            write.file_path(&self.layout, key)
+        };
+        remove_quietly(&path);
     }
 
     /// Drop a complete object found corrupt by a reader (if it is still the key's object).
@@ -1193,6 +1216,7 @@ impl Storage for DiskStorage {
             body_offset: 0,
             tmp_path,
             charged: AtomicU64::new(0),
+            renamed: AtomicBool::new(false),
         });
         {
             let mut index = shared.lock_index();
@@ -1452,53 +1476,72 @@ impl BodyWriter for DiskWriter {
             return Err(self.fail(io_error(error)));
         }
         let shared = Arc::clone(&self.shared);
-        let published = {
+        let subdir = subdir_of(&self.key);
+        // The file goes to its object path while it is still the key's current write, but the
+        // object is published only once that name is durable (when it must be): `Ok` from a
+        // durable `finish` means the object survives a power loss, and a failed directory sync
+        // is this write's failure. (It used to publish first and only log a failed sync.)
+        // Meanwhile the write stays in `active`: lookups keep tailing it.
+        {
             let mut index = shared.lock_index();
             let current = index
                 .active
                 .get(&self.key)
                 .is_some_and(|current| current.seq == self.write.seq);
-            if current {
-                let path = shared.layout.object_path(&self.key, self.write.seq);
-                if let Err(error) = std::fs::rename(&self.write.tmp_path, &path) {
-                    drop(index);
-                    return Err(self.fail(io_error(error)));
-                }
-                index.active.remove(&self.key);
-                let charged = self.write.charged.swap(0, Ordering::Relaxed);
-                index.complete += charged;
-                index.objects.insert(
-                    self.key.clone(),
-                    Stored {
-                        seq: self.write.seq,
-                        len: charged,
-                        expires_ms: self.write.meta.expires_at.map(unix_ms),
-                        referenced: false,
-                    },
-                );
-                index.clock.push_back((self.key.clone(), self.write.seq));
-                index.compact_if_stale();
-            } else {
+            if !current {
                 // Superseded or purged: this write completes for its own readers (unless it
                 // was aborted) but never becomes the key's object.
                 DiskShared::release(&mut index, &self.write);
                 // Unlinked once the lock is released (`disk/trash.rs`): it may be large.
                 index.trash.push(self.write.tmp_path.clone());
+                self.done = true;
+                let outcome = self.write.cell.complete().map_err(WriteError::Aborted);
+                drop(index);
+                return outcome;
             }
-            self.done = true;
-            let outcome = self.write.cell.complete().map_err(WriteError::Aborted);
-            drop(index);
-            outcome.map(|len| (len, current))
-        };
-        let (len, current) = published?;
-        if current && durable {
-            // The object is complete and visible; a failed directory sync only means the
-            // rename may not survive a power loss, which the next open tolerates.
-            if let Err(error) = shared.sync_subdir(subdir_of(&self.key)).await {
-                tracing::warn!(%error, "stream-cache: could not sync an object directory");
+            let path = shared.layout.object_path(&self.key, self.write.seq);
+            if let Err(error) = std::fs::rename(&self.write.tmp_path, &path) {
+                drop(index);
+                return Err(self.fail(io_error(error)));
             }
+            self.write.renamed.store(true, Ordering::Relaxed);
         }
-        Ok(len)
+        // Cancel safety: dropped here, the writer's `Drop` aborts the write, which removes the
+        // renamed file; nothing was published.
+        if durable && let Err(error) = shared.sync_subdir(subdir).await {
+            tracing::warn!(%error, "stream-cache: could not sync an object directory");
+            return Err(self.fail(io_error(error)));
+        }
+        let mut index = shared.lock_index();
+        let current = index
+            .active
+            .get(&self.key)
+            .is_some_and(|current| current.seq == self.write.seq);
+        if current {
+            index.active.remove(&self.key);
+            let charged = self.write.charged.swap(0, Ordering::Relaxed);
+            index.complete += charged;
+            index.objects.insert(
+                self.key.clone(),
+                Stored {
+                    seq: self.write.seq,
+                    len: charged,
+                    expires_ms: self.write.meta.expires_at.map(unix_ms),
+                    referenced: false,
+                },
+            );
+            index.clock.push_back((self.key.clone(), self.write.seq));
+            index.compact_if_stale();
+        } else {
+            // Replaced or purged while its name was synced: never the key's object.
+            DiskShared::release(&mut index, &self.write);
+            let path = self.write.file_path(&shared.layout, &self.key);
+            index.trash.push(path);
+        }
+        self.done = true;
+        let outcome = self.write.cell.complete().map_err(WriteError::Aborted);
+        drop(index);
+        outcome
     }
 
     fn abort(mut self: Box<Self>, reason: AbortReason) {
@@ -1680,6 +1723,53 @@ mod tests {
     async fn body_of(storage: &DiskStorage, key: &str) -> Option<Vec<u8>> {
         let mut hit = storage.lookup(&key.into()).await.unwrap()?;
         Some(crate::read_to_end(&mut *hit.body).await.unwrap())
+    }
+
+    /// A durable `finish` whose directory fsync fails is the write's failure, and nothing of it
+    /// stays: before, it published the object and returned `Ok` (the failure only logged),
+    /// though the object's name might not survive a power loss.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_durable_finish_whose_directory_sync_fails_is_an_error() {
+        let root = std::env::temp_dir().join(format!(
+            "stream-cache-dirsync-{}-{:?}",
+            std::process::id(),
+            SystemTime::now()
+        ));
+        let storage = DiskStorage::builder(&root, 1 << 20)
+            .durability(Durability::Full)
+            .open()
+            .await
+            .unwrap();
+        let mut writer = storage
+            .begin_write(&"k".into(), ObjectMeta::default())
+            .await
+            .unwrap();
+        let mut reader = storage.lookup(&"k".into()).await.unwrap().unwrap().body;
+        writer.write(Bytes::from_static(b"body")).await.unwrap();
+        storage
+            .shared
+            .fail_next_dir_sync
+            .store(true, Ordering::Relaxed);
+        let finished = writer.finish().await;
+        assert!(
+            matches!(finished, Err(WriteError::Aborted(AbortReason::Storage(_)))),
+            "{finished:?}"
+        );
+        assert!(
+            crate::read_to_end(&mut *reader).await.is_err(),
+            "its reader sees the failure"
+        );
+        assert!(storage.lookup(&"k".into()).await.unwrap().is_none());
+        assert_eq!(storage.used_bytes(), 0);
+        let files = std::fs::read_dir(root.join("objects"))
+            .unwrap()
+            .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+            .count();
+        assert_eq!(files, 0, "the renamed file was removed");
+        store(&storage, "k", b"again").await;
+        assert_eq!(body_of(&storage, "k").await.unwrap(), b"again");
+        drop(storage);
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// Issue 15: keys whose name hashes collide (as an attacker can arrange for FNV-1a) are two
