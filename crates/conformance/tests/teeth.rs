@@ -8,6 +8,7 @@ mod broken;
 use broken::{Bug, BuggyStorage};
 use conformance::Outcome;
 use conformance::storage::Suite;
+use conformance::{FaultPlan, Faulty};
 
 /// Run the whole suite against `bug` and check that `case` is among the failures, that the
 /// failure carries the case's name, and that `assert_passed` panics with a message naming it.
@@ -16,6 +17,22 @@ async fn suite_catches(bug: Bug, case: &str) {
         .settings(with_damage())
         .run()
         .await;
+    names_the_failure(bug, case, &report);
+}
+
+/// As [`suite_catches`], with every operation of the backend first pending for one poll (it
+/// wakes itself), as a backend that awaits I/O or a lock before deciding is: a check that polls
+/// once sees `Pending` from it whatever it then decides.
+async fn stalled_suite_catches(bug: Bug, case: &str) {
+    let report = Suite::new(move || async move {
+        Faulty::new(BuggyStorage::new(bug, 1 << 20), FaultPlan::new().pending(1))
+    })
+    .run()
+    .await;
+    names_the_failure(bug, case, &report);
+}
+
+fn names_the_failure(bug: Bug, case: &str, report: &conformance::Report) {
     println!("{bug:?}:\n{report}");
     match report.outcome(case) {
         Some(Outcome::Failed(failure)) => assert_eq!(failure.case, case),
@@ -198,4 +215,16 @@ async fn reader_count_stuck_at_zero() {
 #[tokio::test(start_paused = true)]
 async fn checksum_verified_only_after_serving_the_body() {
     suite_catches(Bug::ChecksumVerifiedAtEnd, "corrupted_body_is_not_served").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_range_that_ends_cleanly_while_the_write_is_open() {
+    suite_catches(Bug::RangeEndsCleanBeforeFinish, "range_read_partial").await;
+}
+
+/// The same bug behind a backend that stalls one poll per operation: the "must wait" checks
+/// drive a read until it stays pending unwoken (they polled it once, which proved nothing here).
+#[tokio::test(start_paused = true)]
+async fn a_range_that_ends_cleanly_while_the_write_is_open_behind_stalls() {
+    stalled_suite_catches(Bug::RangeEndsCleanBeforeFinish, "range_read_partial").await;
 }

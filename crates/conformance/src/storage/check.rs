@@ -12,7 +12,6 @@
 use std::fmt::Write as _;
 
 use bytes::Bytes;
-use futures::FutureExt;
 use stream_cache::{
     AbortKind, BodyError, BodyReader, BodyWriter, CacheKey, Hit, ObjectMeta, WriteError,
 };
@@ -205,10 +204,12 @@ pub fn check_never_truncated(ctx: &Ctx, what: &str, drained: &Drained, full: &[u
     ))
 }
 
-/// A single read must not complete yet: the writer is still open and the reader is at the end of
-/// what was written. The read future is polled once and dropped (reads are cancel-safe).
-pub fn expect_read_pending(ctx: &Ctx, what: &str, reader: &mut dyn BodyReader) -> CaseResult {
-    match reader.read().now_or_never() {
+/// A read must not complete yet: the writer is still open and the reader is at the end of what
+/// was written. The read is driven until it stays pending, unwoken, for the settle window
+/// (`Settings::settle`), then dropped (reads are cancel-safe).
+pub async fn expect_read_pending(ctx: &Ctx, what: &str, reader: &mut dyn BodyReader) -> CaseResult {
+    let mut read = reader.read();
+    match crate::sweep::settle(&mut read, ctx.settings().settle).await {
         None => Ok(()),
         Some(result) => Err(ctx.failure(
             format!("{what}: the read to wait (the writer is still open and every written byte was read)"),

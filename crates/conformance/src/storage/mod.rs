@@ -94,6 +94,11 @@ pub struct Settings {
     pub max_streamed_limit: u64,
     /// Bound on the polls of one cancellation sweep (default 500).
     pub max_sweep_polls: usize,
+    /// How long a read that must wait is driven without being woken before it counts as
+    /// waiting (default 20 ms; instant on tokio's paused clock). A read that awaits anything
+    /// (I/O, an async lock) before deciding answers `Pending` to its first poll whatever it
+    /// then decides: a single poll proved nothing for such a backend.
+    pub settle: Duration,
     /// How to open a second instance of a storage on the same place (see
     /// [`Settings::reopen`]); needed by the cases of backends that declare `persistent`.
     pub reopen: Option<Reopen>,
@@ -138,6 +143,7 @@ impl Default for Settings {
             readers: 16,
             max_streamed_limit: 8 << 20,
             max_sweep_polls: 500,
+            settle: Duration::from_millis(20),
             reopen: None,
             damage: None,
         }
@@ -145,6 +151,12 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// Set the settle window (see [`Settings::settle`](struct.Settings.html#structfield.settle)).
+    pub fn settle(mut self, quiet: Duration) -> Self {
+        self.settle = quiet;
+        self
+    }
+
     /// Set the per-case timeout.
     pub fn case_timeout(mut self, timeout: Duration) -> Self {
         self.case_timeout = timeout;

@@ -130,7 +130,8 @@ pub async fn range_read_partial(ctx: Ctx) -> CaseResult {
         &ctx,
         "a read at the end of the range while the write is open",
         &mut *inside,
-    )?;
+    )
+    .await?;
     check::finish(&ctx, "finish", writer, 30).await?;
     check::expect_body(&ctx, "range 5..15 after finish", &mut *inside, b"").await?;
     check::expect_body(&ctx, "range 20..25", &mut *ahead, &body[20..25]).await?;

@@ -82,7 +82,8 @@ pub async fn partial_read_while_writing(ctx: Ctx) -> CaseResult {
         &ctx,
         "a read at the end of the written bytes",
         &mut *hit.body,
-    )?;
+    )
+    .await?;
     check::write(
         &ctx,
         "second chunk",
@@ -193,7 +194,7 @@ pub async fn reader_cancelled_mid_read(ctx: Ctx) -> CaseResult {
         .body;
     let mut set = JoinSet::new();
     // Poll a read of an empty body once and drop it: a waiting read cancelled.
-    check::expect_read_pending(&ctx, "a read before any byte", &mut *patient)?;
+    check::expect_read_pending(&ctx, "a read before any byte", &mut *patient).await?;
     check::write(&ctx, "first chunk", &mut *writer, pieces[0].clone()).await?;
     let mut got = Vec::new();
     let first = ctx
@@ -217,7 +218,8 @@ pub async fn reader_cancelled_mid_read(ctx: Ctx) -> CaseResult {
             &ctx,
             "a read at the end of the written bytes",
             &mut *patient,
-        )?;
+        )
+        .await?;
     }
     // The reader to drop reads a little and goes away while a read is pending.
     let partial = ctx

@@ -59,6 +59,9 @@ pub enum Bug {
     /// The checksum is compared only once the whole body was read: damaged bytes are served
     /// first, then the error (a client resuming from those bytes keeps them).
     ChecksumVerifiedAtEnd,
+    /// A reader with a byte range ends cleanly once it reached its range's end, even while the
+    /// write is open (the body may yet end before that range: then the range is unsatisfiable).
+    RangeEndsCleanBeforeFinish,
     /// `BodySource::reader_count` says `Some(0)` whatever is open: `StreamCache` would abort
     /// bodies clients are reading under `NoReaderPolicy::Abort`.
     ReaderCountStuckAtZero,
@@ -460,6 +463,11 @@ impl BuggyReader {
             return Poll::Ready(Ok(Some(chunk)));
         }
         match &state.end {
+            None if self.body.bug == Bug::RangeEndsCleanBeforeFinish
+                && self.end.is_some_and(|end| self.pos >= end) =>
+            {
+                Poll::Ready(Ok(None))
+            }
             // RULE: while the write is open, wait: never `Ok(None)`.
             None => {
                 state.wait(cx.waker(), self.body.bug);
