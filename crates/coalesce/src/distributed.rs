@@ -46,7 +46,11 @@ type LeaseKeyFn<K> = dyn Fn(&K) -> String + Send + Sync;
 ///   `poll_interval`, trying the lease again after each miss: a holder that died loses its lease
 ///   within one `ttl` and this process takes it; a live holder renews it, and this process waits
 ///   until `max_wait` (default six `ttl`s) has passed since its first attempt, then fills
-///   anyway.
+///   anyway. A lease taken after such a wait whose re-check still misses means the holder
+///   ended without a value (its fill failed or stored nothing), or died: this process then
+///   releases it at once and fills without it ([`LeaseStats::empty_handovers`]), so the other
+///   processes that waited do not fill one after another behind it, each waiting for the
+///   last (after a holder's death they fill side by side, as without a lease).
 /// - **Lease error or timeout** (`lease_timeout`): fill at once, traced with `tracing` (fail
 ///   open).
 ///
@@ -268,6 +272,9 @@ pub struct LeaseStats {
     pub found_by_recheck: u64,
     /// Leaders that waited one full `ttl` for another holder and then filled without the lease.
     pub filled_after_wait: u64,
+    /// Leaders that took the lease after waiting for another holder, found no value (that
+    /// holder ended without one, or died), and filled without the lease, releasing it at once.
+    pub empty_handovers: u64,
     /// Leaders that filled without the lease because the service erred or timed out.
     pub failed_open: u64,
     /// Re-checks of the shared cache started by a wake ([`DistributedGroup::run_woken`]) before
@@ -295,6 +302,7 @@ struct Counters {
     held_elsewhere: AtomicU64,
     found_by_recheck: AtomicU64,
     filled_after_wait: AtomicU64,
+    empty_handovers: AtomicU64,
     failed_open: AtomicU64,
     woken: AtomicU64,
     polled: AtomicU64,
@@ -421,6 +429,7 @@ impl<K, V, E> DistributedGroup<K, V, E> {
             held_elsewhere: c.held_elsewhere.load(Relaxed),
             found_by_recheck: c.found_by_recheck.load(Relaxed),
             filled_after_wait: c.filled_after_wait.load(Relaxed),
+            empty_handovers: c.empty_handovers.load(Relaxed),
             failed_open: c.failed_open.load(Relaxed),
             woken: c.woken.load(Relaxed),
             polled: c.polled.load(Relaxed),
@@ -609,6 +618,15 @@ impl Shared {
                     if let Some(value) = recheck().await {
                         bump(&self.counters.found_by_recheck);
                         return Step::Found(value);
+                    }
+                    if !first {
+                        // We waited for a holder that then ended without a value (or died).
+                        // The other processes that waited are where we are: holding the lease
+                        // would queue them behind our fill, and each behind the next (they
+                        // answered after one fill time each, up to `max_wait`). Released now,
+                        // in the background; we fill without it.
+                        bump(&self.counters.empty_handovers);
+                        lead.held = None;
                     }
                     return Step::Fill;
                 }

@@ -89,6 +89,26 @@ impl World {
     fn calls(&self) -> usize {
         self.backend_calls.load(SeqCst)
     }
+
+    /// A caller of `proc` whose backend fails after `FILL_TIME` (nothing is stored).
+    fn call_failing(&self, proc: &Proc, key: u32) -> Pin<Box<dyn Future<Output = Outcome> + Send>> {
+        let (world, proc) = (self.clone(), proc.clone());
+        Box::pin(async move {
+            let recheck = || {
+                let world = world.clone();
+                async move { world.cached(key) }
+            };
+            let fill = || {
+                let world = world.clone();
+                async move {
+                    world.backend_calls.fetch_add(1, SeqCst);
+                    tokio::time::sleep(FILL_TIME).await;
+                    Err("backend down".to_owned())
+                }
+            };
+            proc.run(key, recheck, fill).await
+        })
+    }
 }
 
 /// Someone else (a process that died, say) holding `key`'s lease for `ttl`.
@@ -687,4 +707,44 @@ fn a_lease_ttl_no_service_can_grant_is_refused_at_build() {
         build(Duration::ZERO),
         Err(SettingsError::TtlTooShort(_))
     ));
+}
+
+/// Four processes miss one key while the backend is down: the lease holder's fill fails after
+/// one fill time, and the others, which waited for it, then fill side by side. Before, each
+/// took the lease in turn and filled holding it, so the last answered after four fill times
+/// (and with more processes, after `max_wait`).
+#[tokio::test(start_paused = true)]
+async fn after_a_holder_ends_without_a_value_the_waiters_fill_side_by_side() {
+    let world = World::default();
+    let lease = Arc::new(MemoryLease::new());
+    let procs: Vec<Proc> = (0..4).map(|_| world.process(lease.clone())).collect();
+    let started = Instant::now();
+    let calls: Vec<_> = procs
+        .iter()
+        .map(|proc| {
+            let call = world.call_failing(proc, 7);
+            tokio::spawn(async move {
+                let outcome = call.await;
+                (outcome, started.elapsed())
+            })
+        })
+        .collect();
+    for call in calls {
+        let (outcome, took) = call.await.unwrap();
+        assert!(outcome.is_err());
+        // One fill, then their own: each may find the lease held for an instant by another
+        // that is about to release it, one poll more per process (serial: 1, 2, 3, 4 fills).
+        assert!(
+            took <= FILL_TIME * 2 + POLL * 4,
+            "a process answered after {took:?}: it queued behind another's fill"
+        );
+    }
+    assert_eq!(world.calls(), 4, "each process tried its own fill");
+    let handovers: u64 = procs.iter().map(|p| p.stats().empty_handovers).sum();
+    assert!(handovers >= 1);
+    settle().await;
+    assert!(
+        matches!(lease.try_acquire("7", TTL).await, Ok(Acquire::Acquired(_))),
+        "every lease was released"
+    );
 }

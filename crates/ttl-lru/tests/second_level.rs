@@ -762,3 +762,51 @@ mod cbor {
         assert!(matches!(codec.decode(&other), Err(CodecError::Decode(_))));
     }
 }
+
+/// Three leased processes miss one key; it is invalidated in the fleet while the lease holder
+/// fills. The holder's write is refused (it read the version before the invalidation); the
+/// processes that waited for it then fill with the version as of their fill, so the value
+/// lands in L2. Before, they filled with the versions they read before waiting: every write
+/// was refused and the key stayed uncached. (That they fill side by side rather than one after
+/// another is coalesce's `after_a_holder_ends_without_a_value_the_waiters_fill_side_by_side`.)
+#[tokio::test(start_paused = true)]
+async fn an_invalidation_during_a_leased_fill_does_not_leave_the_key_uncached() {
+    let l2 = MemorySecondLevel::new();
+    let lease = Arc::new(MemoryLease::new());
+    let tiers: Vec<Tier> = (0..3).map(|_| leased(&l2, &lease)).collect();
+    let invalidator = process(&l2);
+    let started = tokio::time::Instant::now();
+    let reads: Vec<_> = tiers
+        .iter()
+        .cloned()
+        .map(|tier| {
+            tokio::spawn(async move {
+                let got = tier
+                    .get_or_try_insert(
+                        "k".to_string(),
+                        |_| TTL,
+                        || async {
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            Ok::<_, String>(7)
+                        },
+                    )
+                    .await
+                    .unwrap();
+                (got.value, started.elapsed())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    invalidator.invalidate(&"k".to_string()).await.unwrap();
+    for read in reads {
+        let (value, took) = read.await.unwrap();
+        assert_eq!(value, 7);
+        assert!(took < Duration::from_secs(3), "answered after {took:?}");
+    }
+    let fenced: u64 = tiers.iter().map(|t| t.stats().fenced_writes).sum();
+    assert!(fenced >= 1, "the holder's write was refused");
+    assert!(
+        l2.get(b"k").await.unwrap().is_some(),
+        "a fill after the invalidation reached L2 ({fenced} refused)"
+    );
+}

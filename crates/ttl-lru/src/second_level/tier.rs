@@ -736,6 +736,15 @@ where
         let fill = || async {
             let taken = parts.lock().take();
             if let Some((ttl_fn, origin)) = taken {
+                // The version as of now, not as of the lookup: the lease may have had this
+                // process wait for another's fill, across an invalidation of the key, and a
+                // version read before it would have this write refused (and every other
+                // waiter's: the key then stayed uncached everywhere). One more L2 call per
+                // fill under a lease; anything invalidated after it still fences this write.
+                let version = match self.l2_call("version", self.l2.version(&encoded)).await {
+                    Some(now) => Some(now),
+                    None => version,
+                };
                 let result = self
                     .fill(&key, &encoded, version, ttl_fn, origin, &note)
                     .await;
