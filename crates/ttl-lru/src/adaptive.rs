@@ -63,7 +63,8 @@
 //!
 //! Memory beyond the default's: per entry, nothing in the slot (the count shares the stamp
 //! word, whose 52 low bits keep the stamp); the sketch (4 rows of 4-bit counters over the next
-//! power of two of 8 x capacity, 16 to 32 bytes, plus a doorkeeper of 4 to 8 bytes); per
+//! power of two of 8 x capacity, 16 to 32 bytes, plus a doorkeeper of 4 to 8 bytes; with a
+//! weigher, sized for at most 2^16 entries a shard, the share being in weight units); per
 //! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 3 copies of at most
 //! 1,000 simulated entries of 24 bytes, each with its own 24 KB sketch, and one index of the
 //! keys they hold) and a 128-byte hit
@@ -282,7 +283,14 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub(crate) fn new(capacity: u64, pool_size: usize, minis: Arc<MiniSims>) -> Self {
+    /// A policy for a shard share of `capacity`, its sketch sized for `sketch_entries` keys
+    /// (`admission::sketch_entries`).
+    pub(crate) fn new(
+        capacity: u64,
+        sketch_entries: u64,
+        pool_size: usize,
+        minis: Arc<MiniSims>,
+    ) -> Self {
         let capacity = crate::admission::policy_capacity(capacity);
         Self {
             capacity,
@@ -290,7 +298,7 @@ impl State {
             window_len: 0,
             target: 0.0,
             sketch: crate::admission::FrequencySketch::shaped(
-                capacity,
+                sketch_entries,
                 SKETCH_PERIOD,
                 SKETCH_WIDTH,
                 true,
@@ -394,13 +402,17 @@ impl State {
     /// their ages: the entries keep what they counted), the window's target follows the share,
     /// the idle decay's unit the capacity. The window's pool and length stay: a window above
     /// its new target is demoted by the next evictions, as when the share falls.
-    pub(crate) fn resize(&mut self, capacity: u64) {
+    pub(crate) fn resize(&mut self, capacity: u64, sketch_entries: u64) {
         let capacity = crate::admission::policy_capacity(capacity);
         if capacity == self.capacity {
             return;
         }
-        let sketch =
-            crate::admission::FrequencySketch::shaped(capacity, SKETCH_PERIOD, SKETCH_WIDTH, true);
+        let sketch = crate::admission::FrequencySketch::shaped(
+            sketch_entries,
+            SKETCH_PERIOD,
+            SKETCH_WIDTH,
+            true,
+        );
         self.sketch = sketch.continuing(&self.sketch);
         self.capacity = capacity;
         // A new unit of idleness: count the idle checkpoints again.
@@ -449,7 +461,7 @@ mod tests {
     }
 
     fn state(capacity: u64) -> State {
-        State::new(capacity, 16, Arc::new(MiniSims::new(capacity, 1)))
+        State::new(capacity, capacity, 16, Arc::new(MiniSims::new(capacity, 1)))
     }
 
     #[test]
@@ -488,7 +500,8 @@ mod tests {
             ms += rng.below(3) as u64;
             s.on_miss(step.wrapping_mul(0x9E37_79B9_7F4A_7C15), None, ms);
             if step % 2_500 == 1_000 {
-                s.resize(10 + rng.below(120) as u64);
+                let share = 10 + rng.below(120) as u64;
+                s.resize(share, share);
             }
             for _ in 0..4 {
                 let stamp = rng.below(ms as usize + 2) as u64;

@@ -915,5 +915,32 @@ mod tests {
         assert_eq!(c.stats().negative_hits, 100);
     }
 
+    /// A weighted cache's share is in weight units, which say nothing of its entry count: its
+    /// frequency sketches are sized for at most `WEIGHTED_SKETCH_ENTRIES` entries a shard, at
+    /// build and after a resize. Before, a 16 GiB cache of byte-weighed values got the largest
+    /// sketch, 192 MiB, in each of its 16 shards (3 GiB) before it held anything.
+    #[test]
+    fn a_weighted_cache_sizes_its_sketches_by_entries_not_weight() {
+        for admission in [crate::Admission::TinyLfu, crate::Admission::Adaptive] {
+            let entries_only = Cache::<u64, Vec<u8>>::builder(1 << 16)
+                .admission(admission)
+                .shards(1)
+                .build();
+            let bound = entries_only.inner.shards[0].sketch_words_for_test();
+            let c = Cache::<u64, Vec<u8>>::builder(1 << 34)
+                .admission(admission)
+                .shards(16)
+                .weigher(|_, v: &Vec<u8>| v.len() as u64)
+                .build();
+            c.set_capacity(1 << 35);
+            for shard in c.inner.shards.iter() {
+                let words = shard.sketch_words_for_test();
+                assert!(words > 0 && words <= bound, "{admission:?}: {words} words");
+            }
+            c.insert(1, vec![0; 100], Duration::MAX).unwrap();
+            assert_eq!(c.get(&1).map(|v| v.len()), Some(100));
+        }
+    }
+
     const DEFAULT_STAMP_AGE: Duration = crate::builder::DEFAULT_RECENCY_RESOLUTION;
 }

@@ -231,14 +231,15 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
             tally,
             minis,
         } = shared;
+        let sketched = crate::admission::sketch_entries(share, columns.weighted);
         let mut table = Table::new(capacity, share, pool_size, seed, columns, hasher);
         let adaptive = admission == Admission::Adaptive;
         if adaptive {
             let minis = minis.unwrap_or_else(|| Arc::new(MiniSims::new(capacity, seed)));
-            table.adaptive = Some(Box::new(State::new(share, pool_size, minis)));
+            table.adaptive = Some(Box::new(State::new(share, sketched, pool_size, minis)));
         }
         if admission == Admission::TinyLfu {
-            table.sketch = Some(Box::new(FrequencySketch::new(share)));
+            table.sketch = Some(Box::new(FrequencySketch::new(sketched)));
         }
         let hit_buffers = adaptive.then(|| HitBuffers::new(tally.len()));
         Self {
@@ -1005,11 +1006,12 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     pub(crate) fn set_limit(&self, capacity: u64, share: u64) {
         let mut t = self.table.write();
         t.capacity = capacity;
+        let sketched = crate::admission::sketch_entries(share, t.weighted());
         if let Some(st) = t.adaptive.as_deref_mut() {
-            st.resize(share);
+            st.resize(share, sketched);
         }
         if let Some(sketch) = t.sketch.as_deref_mut() {
-            let resized = FrequencySketch::new(share);
+            let resized = FrequencySketch::new(sketched);
             if resized.words() != sketch.words() {
                 *sketch = resized;
             }
@@ -1022,6 +1024,18 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         self.table
             .write()
             .compact(usize::try_from(share).unwrap_or(usize::MAX));
+    }
+
+    /// Words of this shard's frequency sketch, TinyLFU's or the adaptive policy's (tests).
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) fn sketch_words_for_test(&self) -> usize {
+        let t = self.table.read();
+        let adaptive = t.adaptive.as_ref().map(|st| st.sketch.words());
+        t.sketch
+            .as_ref()
+            .map(|sk| sk.words())
+            .or(adaptive)
+            .unwrap_or(0)
     }
 
     /// The room of this shard's slot array, and its entries (tests).

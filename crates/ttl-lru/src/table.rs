@@ -403,6 +403,11 @@ impl<K: Eq + Hash, V> Table<K, V> {
         }
     }
 
+    /// Whether entries carry weights (a weigher is set): shares are then in weight units.
+    pub(crate) fn weighted(&self) -> bool {
+        self.columns.weighted
+    }
+
     /// How many candidates main's pool keeps (tests).
     #[cfg(all(test, not(herd_loom)))]
     pub(crate) fn pool_capacity_for_test(&self) -> usize {
