@@ -86,13 +86,23 @@ return version
 ";
 
 /// Stores only while the key's version (or, without one, the epoch `KEYS[3]`) is still the
-/// caller's; a stored value is announced on the backplane's fill channel (`ARGV[4]`, the key
-/// in `ARGV[5]`), in the same script, so waiters in other processes re-check at once.
+/// caller's, and with `ARGV[6]` = `1` only where no value is visible (a cached error never
+/// replaces a value: `set_if_version_absent`); a stored value is announced on the backplane's
+/// fill channel (`ARGV[4]`, the key in `ARGV[5]`), in the same script, so waiters in other
+/// processes re-check at once.
 const SET_IF_VERSION: &str = r"
 local current = redis.call('GET', KEYS[2]) or redis.call('GET', KEYS[3])
 local floor = redis.call('GET', KEYS[4])
 if floor and (not current or tonumber(floor) > tonumber(current)) then current = floor end
 if current ~= ARGV[1] then return 0 end
+if ARGV[6] == '1' then
+    local held = redis.call('GET', KEYS[1])
+    if held then
+        local sep = string.find(held, ':', 1, true)
+        local stamp = sep and tonumber(string.sub(held, 1, sep - 1))
+        if stamp and stamp >= tonumber(floor or '0') then return 0 end
+    end
+end
 local stamped = ARGV[1] .. ':' .. ARGV[2]
 if ARGV[3] == '0' then
     redis.call('SET', KEYS[1], stamped)
@@ -428,6 +438,45 @@ impl RedisSecondLevel {
         }
     }
 
+    /// `set_if_version`, and with `only_absent` the `set_if_version_absent` rule (one script).
+    async fn store_if_version(
+        &self,
+        key: &[u8],
+        version: Version,
+        value: &[u8],
+        ttl: Duration,
+        only_absent: bool,
+    ) -> Result<bool, L2Error> {
+        self.check_len(value)?;
+        let millis = ttl_millis(ttl)?;
+        let (data, version_key) = (self.data_key(key), self.version_key(key));
+        let (epoch, floor) = (self.epoch_key(), self.floor_key());
+        let fills = match &self.backplane {
+            Some(backplane) if self.announce_fills => backplane.fill_channel().to_owned(),
+            _ => String::new(),
+        };
+        let stored: i64 = self
+            .connector
+            .run(|mut connection| async move {
+                self.set_if_version
+                    .key(data)
+                    .key(version_key)
+                    .key(epoch)
+                    .key(floor)
+                    .arg(version.0.to_string())
+                    .arg(value)
+                    .arg(millis)
+                    .arg(fills)
+                    .arg(key)
+                    .arg(if only_absent { "1" } else { "0" })
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await
+            .map_err(l2_error)?;
+        Ok(stored == 1)
+    }
+
     fn check_len(&self, value: &[u8]) -> Result<(), L2Error> {
         if value.len() > self.max_value_len {
             return Err(L2Error::TooLarge {
@@ -525,33 +574,17 @@ impl SecondLevel for RedisSecondLevel {
         value: &[u8],
         ttl: Duration,
     ) -> Result<bool, L2Error> {
-        self.check_len(value)?;
-        let millis = ttl_millis(ttl)?;
-        let (data, version_key) = (self.data_key(key), self.version_key(key));
-        let (epoch, floor) = (self.epoch_key(), self.floor_key());
-        let fills = match &self.backplane {
-            Some(backplane) if self.announce_fills => backplane.fill_channel().to_owned(),
-            _ => String::new(),
-        };
-        let stored: i64 = self
-            .connector
-            .run(|mut connection| async move {
-                self.set_if_version
-                    .key(data)
-                    .key(version_key)
-                    .key(epoch)
-                    .key(floor)
-                    .arg(version.0.to_string())
-                    .arg(value)
-                    .arg(millis)
-                    .arg(fills)
-                    .arg(key)
-                    .invoke_async(&mut connection)
-                    .await
-            })
-            .await
-            .map_err(l2_error)?;
-        Ok(stored == 1)
+        self.store_if_version(key, version, value, ttl, false).await
+    }
+
+    async fn set_if_version_absent(
+        &self,
+        key: &[u8],
+        version: Version,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, L2Error> {
+        self.store_if_version(key, version, value, ttl, true).await
     }
 
     async fn invalidate(&self, key: &[u8]) -> Result<Invalidated, L2Error> {

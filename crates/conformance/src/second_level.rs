@@ -271,6 +271,7 @@ case_table!(
     value_expires_after_its_ttl,
     delete_removes_the_value,
     write_at_the_current_version_lands,
+    a_write_if_absent_never_replaces_a_value,
     invalidate_changes_the_version_and_deletes,
     write_fenced_by_an_invalidation_is_refused,
     concurrent_fenced_writes_after_an_invalidation_all_fail,
@@ -389,6 +390,66 @@ pub async fn write_at_the_current_version_lands(ctx: Ctx) -> CaseResult {
         got.as_ref().is_some_and(|e| e.value == b"v"),
         "the other handle to read it",
         format!("{got:?}"),
+    )
+}
+
+/// `set_if_version_absent` stores as `set_if_version` does where the key holds no value, and
+/// never replaces one (the tier writes cached errors this way: an error must not replace a
+/// value another process stored at the same version); it is fenced by the version as well.
+pub async fn a_write_if_absent_never_replaces_a_value(ctx: Ctx) -> CaseResult {
+    let (key, empty, long) = (ctx.key(b"k"), ctx.key(b"empty"), ctx.settings.long_ttl);
+    let version = ctx.ok("version", ctx.a.version(&key)).await?;
+    let stored = ctx
+        .ok(
+            "set_if_version",
+            ctx.a.set_if_version(&key, version, b"value", long),
+        )
+        .await?;
+    ctx.ensure(
+        stored,
+        "set_if_version at the current version to store",
+        "false",
+    )?;
+    let replaced = ctx
+        .ok(
+            "set_if_version_absent",
+            ctx.b.set_if_version_absent(&key, version, b"error", long),
+        )
+        .await?;
+    ctx.ensure(
+        !replaced,
+        "set_if_version_absent to leave a stored value alone",
+        "it stored",
+    )?;
+    let got = ctx.ok("get", ctx.a.get(&key)).await?;
+    ctx.ensure(
+        got.as_ref().is_some_and(|e| e.value == b"value"),
+        "the value stored first to stay",
+        format!("{got:?}"),
+    )?;
+    let before = ctx.ok("version", ctx.a.version(&empty)).await?;
+    let landed = ctx
+        .ok(
+            "set_if_version_absent",
+            ctx.a.set_if_version_absent(&empty, before, b"error", long),
+        )
+        .await?;
+    ctx.ensure(
+        landed,
+        "set_if_version_absent to store where nothing is",
+        "false",
+    )?;
+    ctx.ok("invalidate", ctx.b.invalidate(&empty)).await?;
+    let fenced = ctx
+        .ok(
+            "set_if_version_absent",
+            ctx.a.set_if_version_absent(&empty, before, b"late", long),
+        )
+        .await?;
+    ctx.ensure(
+        !fenced,
+        "set_if_version_absent at a version read before an invalidation to be refused",
+        "it stored",
     )
 }
 

@@ -51,6 +51,9 @@ struct Bugs {
     shallow_invalidate_all: bool,
     /// `set_if_version` reads the version, yields, then stores: not atomic with `invalidate`.
     check_then_set: bool,
+    /// `set_if_version_absent` is the default (`set_if_version`): a cached error replaces a
+    /// value stored at the same version.
+    error_replaces_value: bool,
 }
 
 struct Broken {
@@ -138,6 +141,25 @@ impl SecondLevel for Broken {
             .set_if_version(self.key(key), version, value, self.ttl(ttl))
             .await
     }
+    async fn set_if_version_absent(
+        &self,
+        key: &[u8],
+        version: Version,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, L2Error> {
+        if self.bugs.error_replaces_value
+            || self.bugs.check_then_set
+            || self.bugs.unfenced_write
+            || self.bugs.invalidate_keeps_version
+        {
+            return self.set_if_version(key, version, value, ttl).await;
+        }
+        self.gate().await?;
+        self.inner
+            .set_if_version_absent(self.key(key), version, value, self.ttl(ttl))
+            .await
+    }
     async fn invalidate(&self, key: &[u8]) -> Result<Invalidated, L2Error> {
         self.gate().await?;
         self.inner.invalidate(self.key(key)).await
@@ -198,7 +220,19 @@ async fn failed_cases(bugs: Bugs) -> Vec<&'static str> {
 
 #[tokio::test(start_paused = true)]
 async fn each_broken_store_fails_the_case_that_catches_it() {
-    let cases: [(Bugs, &[&str]); 9] = [
+    assert_eq!(
+        failed_cases(Bugs::default()).await,
+        Vec::<&str>::new(),
+        "the control (no bug) passes"
+    );
+    let cases: [(Bugs, &[&str]); 10] = [
+        (
+            Bugs {
+                error_replaces_value: true,
+                ..Bugs::default()
+            },
+            &["a_write_if_absent_never_replaces_a_value"],
+        ),
         (
             Bugs {
                 shallow_invalidate_all: true,

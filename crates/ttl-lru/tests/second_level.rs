@@ -370,24 +370,71 @@ async fn an_invalidate_dropped_while_l2_stalls_has_already_cleaned_this_l1() {
     assert_eq!(tier.get(&"k".to_string()), None);
 }
 
+/// A process over `l2` that caches fill errors (`String`) in L1 and L2 for 5 s.
+fn caching_errors(l2: &MemorySecondLevel) -> Tier {
+    TieredCache::builder(
+        Cache::builder(100)
+            .clock(TokioClock::new())
+            .negative_ttl(Duration::from_secs(5))
+            .build(),
+        Arc::new(l2.clone()),
+        StringCodec,
+        U64Codec,
+    )
+    .negative_caching(StringCodec, Duration::from_secs(5))
+    .build()
+    .unwrap()
+}
+
+/// Two processes fill one key at the same version: A's fill succeeds and stores, then B's
+/// fails. B's error does not replace A's value in L2 (before, last writer won, and the fleet
+/// was served B's error for its negative ttl), and B's own L1 does not keep it either.
+#[tokio::test(start_paused = true)]
+async fn a_fill_error_never_replaces_a_value_another_process_stored() {
+    let l2 = MemorySecondLevel::new();
+    let (a, b, c) = (
+        caching_errors(&l2),
+        caching_errors(&l2),
+        caching_errors(&l2),
+    );
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let failing = {
+        let gate = Arc::clone(&gate);
+        tokio::spawn(async move {
+            b.get_or_try_insert(
+                "k".into(),
+                |_| TTL,
+                || async move {
+                    gate.notified().await;
+                    Err::<u64, String>("origin down".into())
+                },
+            )
+            .await
+            .map(|got| got.value)
+        })
+    };
+    tokio::task::yield_now().await; // B has read the version and is filling
+    let stored = a
+        .get_or_try_insert("k".into(), |_| TTL, || async { Ok::<u64, String>(7) })
+        .await
+        .unwrap();
+    assert_eq!(stored.value, 7);
+    gate.notify_waiters();
+    assert!(
+        failing.await.unwrap().is_err(),
+        "B's own caller gets its error"
+    );
+    let read = c
+        .get_or_try_insert("k".into(), |_| TTL, || async { Ok::<u64, String>(0) })
+        .await
+        .unwrap();
+    assert_eq!((read.value, read.source), (7, TierSource::L2));
+}
+
 #[tokio::test(start_paused = true)]
 async fn fill_errors_go_through_l2_with_a_negative_codec_and_are_fenced() {
     let l2 = MemorySecondLevel::new();
-    let mk = || {
-        TieredCache::builder(
-            Cache::builder(100)
-                .clock(TokioClock::new())
-                .negative_ttl(Duration::from_secs(5))
-                .build(),
-            Arc::new(l2.clone()),
-            StringCodec,
-            U64Codec,
-        )
-        .negative_caching(StringCodec, Duration::from_secs(5))
-        .build()
-        .unwrap()
-    };
-    let (a, b): (Tier, Tier) = (mk(), mk());
+    let (a, b): (Tier, Tier) = (caching_errors(&l2), caching_errors(&l2));
     let failing = || async { Err::<u64, String>("origin down".into()) };
     let err = a
         .get_or_try_insert("k".into(), |_| TTL, failing)

@@ -125,6 +125,21 @@ pub trait SecondLevel: Send + Sync + 'static {
         ttl: Duration,
     ) -> Result<bool, L2Error>;
 
+    /// [`set_if_version`](Self::set_if_version), but only where the key holds no value: how a
+    /// cached error is written, so that it never replaces a value another process stored at the
+    /// same version (that process's fill succeeded where this one's failed; last writer wins
+    /// served the error fleet-wide for its negative ttl). Returns whether it stored.
+    /// Default: `set_if_version` (last writer wins), for backends written before it.
+    async fn set_if_version_absent(
+        &self,
+        key: &[u8],
+        version: Version,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, L2Error> {
+        self.set_if_version(key, version, value, ttl).await
+    }
+
     /// Changes the key's version and deletes its value, atomically; then tells every attached
     /// [`L1Sink`] in the fleet (the backplane) to drop its copy, and waits (bounded) for them to
     /// confirm. Returns what it reached.

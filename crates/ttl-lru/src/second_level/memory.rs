@@ -132,6 +132,40 @@ impl MemorySecondLevel {
         Ok(())
     }
 
+    /// `set_if_version`, and with `only_absent` the `set_if_version_absent` rule.
+    async fn store_if_version(
+        &self,
+        key: &[u8],
+        version: Version,
+        value: &[u8],
+        ttl: Duration,
+        only_absent: bool,
+    ) -> Result<bool, L2Error> {
+        self.gate().await?;
+        let expires = self.check(value, ttl)?;
+        let now = Instant::now();
+        let mut keys = self.shared.keys.lock();
+        if keys.version(key) != version.0 {
+            return Ok(false);
+        }
+        let live = keys
+            .get(key)
+            .and_then(|slot| slot.value.as_ref())
+            .is_some_and(|(_, expires)| expires.is_none_or(|at| at > now));
+        if only_absent && live {
+            return Ok(false);
+        }
+        keys.entry(key.to_vec()).value = Some((value.to_vec(), expires));
+        drop(keys);
+        // The backplane's fill announcement (after the value is readable).
+        if !self.shared.mute_fills.load(Relaxed) {
+            for sink in self.sinks() {
+                sink.filled_encoded(key);
+            }
+        }
+        Ok(true)
+    }
+
     fn check(&self, value: &[u8], ttl: Duration) -> Result<Option<Instant>, L2Error> {
         if let Some(limit) = *self.shared.max_value_len.lock()
             && value.len() > limit
@@ -196,21 +230,17 @@ impl SecondLevel for MemorySecondLevel {
         value: &[u8],
         ttl: Duration,
     ) -> Result<bool, L2Error> {
-        self.gate().await?;
-        let expires = self.check(value, ttl)?;
-        let mut keys = self.shared.keys.lock();
-        if keys.version(key) != version.0 {
-            return Ok(false);
-        }
-        keys.entry(key.to_vec()).value = Some((value.to_vec(), expires));
-        drop(keys);
-        // The backplane's fill announcement (after the value is readable).
-        if !self.shared.mute_fills.load(Relaxed) {
-            for sink in self.sinks() {
-                sink.filled_encoded(key);
-            }
-        }
-        Ok(true)
+        self.store_if_version(key, version, value, ttl, false).await
+    }
+
+    async fn set_if_version_absent(
+        &self,
+        key: &[u8],
+        version: Version,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, L2Error> {
+        self.store_if_version(key, version, value, ttl, true).await
     }
 
     async fn invalidate(&self, key: &[u8]) -> Result<Invalidated, L2Error> {

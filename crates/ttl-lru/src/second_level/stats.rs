@@ -25,7 +25,8 @@ pub struct TierStats {
     pub l2_soft_timeouts: u64,
     /// Values (and negative entries) written to L2 by a fenced write that landed.
     pub l2_writes: u64,
-    /// Fenced L2 writes refused because the key was invalidated since the fill began; the value
+    /// Fenced L2 writes refused because the key was invalidated since the fill began, or (a
+    /// cached error) because another process stored a value at the same version; the outcome
     /// then goes to neither L2 nor this process's L1 (its callers still get it).
     pub fenced_writes: u64,
     /// Fills not written to L2 because the key's version could not be read (L2 down) or the

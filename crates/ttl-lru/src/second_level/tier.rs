@@ -849,12 +849,23 @@ where
         let mut bytes = Vec::with_capacity(payload.len() + 1);
         bytes.push(tag);
         bytes.extend_from_slice(&payload);
-        let write = self.l2.set_if_version(encoded, version, &bytes, ttl);
-        match self.l2_call("set_if_version", write).await {
+        // An error never replaces a value another process stored at this version.
+        let (write, call) = match result.is_ok() {
+            true => (
+                self.l2.set_if_version(encoded, version, &bytes, ttl),
+                "set_if_version",
+            ),
+            false => (
+                self.l2.set_if_version_absent(encoded, version, &bytes, ttl),
+                "set_if_version_absent",
+            ),
+        };
+        match self.l2_call(call, write).await {
             Some(true) => bump(&self.counters.l2_writes),
             Some(false) => {
                 bump(&self.counters.fenced_writes);
-                // Invalidated in the fleet since this fill began: keep it out of L1 too.
+                // Invalidated in the fleet since this fill began, or (an error) another
+                // process stored a value: keep it out of L1 too, so the next read goes to L2.
                 self.cache.remove(key);
             }
             None => {}
