@@ -115,6 +115,26 @@ impl WakeProbe {
         Pin::new(future).poll(&mut Context::from_waker(&waker))
     }
 
+    /// Poll `future` with this probe's waker until it completes, or stays pending without a
+    /// wake for `quiet` (then the probe is armed: a wake from now on is the future's own). A
+    /// future that awaits something before it decides (I/O, an async lock) answers its first
+    /// poll `Pending` and wakes itself: one poll would arm the probe on that self-wake, and a
+    /// check that "the next event wakes it" would pass whatever the future then does.
+    pub async fn settle<F: Future + Unpin>(
+        &self,
+        future: &mut F,
+        quiet: Duration,
+    ) -> Poll<F::Output> {
+        loop {
+            if let Poll::Ready(output) = self.poll_once(future) {
+                return Poll::Ready(output);
+            }
+            if !self.woken() && !self.wait(quiet).await {
+                return Poll::Pending;
+            }
+        }
+    }
+
     /// Wait up to `limit` for the waker to be woken; true if it was.
     ///
     /// Cancel safety: dropping it changes nothing.

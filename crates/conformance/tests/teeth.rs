@@ -228,3 +228,10 @@ async fn a_range_that_ends_cleanly_while_the_write_is_open() {
 async fn a_range_that_ends_cleanly_while_the_write_is_open_behind_stalls() {
     stalled_suite_catches(Bug::RangeEndsCleanBeforeFinish, "range_read_partial").await;
 }
+
+/// A lost wake-up behind one-poll stalls: the wake probes drive each read until it waits
+/// unwoken (one poll armed them on the stall's own wake, so every reader looked woken).
+#[tokio::test(start_paused = true)]
+async fn lost_wake_up_for_late_readers_behind_stalls() {
+    stalled_suite_catches(Bug::SingleWakerSlot, "waiting_readers_woken_by_every_event").await;
+}

@@ -427,7 +427,7 @@ pub async fn waiting_readers_woken_by_every_event(ctx: Ctx) -> CaseResult {
         let probes: Vec<WakeProbe> = readers.iter().map(|_| WakeProbe::new()).collect();
         let mut reads: Vec<_> = readers.iter_mut().map(|reader| reader.read()).collect();
         for (i, (read, probe)) in reads.iter_mut().zip(&probes).enumerate() {
-            if let Poll::Ready(result) = probe.poll_once(read) {
+            if let Poll::Ready(result) = probe.settle(read, ctx.settings().settle).await {
                 return Err(ctx.failure(
                     format!("reader {i}: a read at the end of the written bytes to wait"),
                     format!("{result:?}"),
@@ -473,8 +473,13 @@ pub async fn waiting_readers_woken_by_every_event(ctx: Ctx) -> CaseResult {
     }
     let probes: Vec<WakeProbe> = readers.iter().map(|_| WakeProbe::new()).collect();
     let mut reads: Vec<_> = readers.iter_mut().map(|reader| reader.read()).collect();
-    for (read, probe) in reads.iter_mut().zip(&probes) {
-        let _ = probe.poll_once(read);
+    for (i, (read, probe)) in reads.iter_mut().zip(&probes).enumerate() {
+        if let Poll::Ready(result) = probe.settle(read, ctx.settings().settle).await {
+            return Err(ctx.failure(
+                format!("reader {i}: a read at the end of the written bytes to wait"),
+                format!("{result:?}"),
+            ));
+        }
     }
     check::finish(&ctx, "finish", writer, body.len() as u64).await?;
     for (i, (read, probe)) in reads.into_iter().zip(&probes).enumerate() {
@@ -518,8 +523,13 @@ pub async fn waiting_readers_woken_by_every_event(ctx: Ctx) -> CaseResult {
     }
     let probes: Vec<WakeProbe> = readers.iter().map(|_| WakeProbe::new()).collect();
     let mut reads: Vec<_> = readers.iter_mut().map(|reader| reader.read()).collect();
-    for (read, probe) in reads.iter_mut().zip(&probes) {
-        let _ = probe.poll_once(read);
+    for (i, (read, probe)) in reads.iter_mut().zip(&probes).enumerate() {
+        if let Poll::Ready(result) = probe.settle(read, ctx.settings().settle).await {
+            return Err(ctx.failure(
+                format!("reader {i}: a read at the end of the written bytes to wait"),
+                format!("{result:?}"),
+            ));
+        }
     }
     drop(writer);
     for (i, (read, probe)) in reads.into_iter().zip(&probes).enumerate() {
