@@ -62,6 +62,16 @@ const FILL_DROPPED: [HeaderName; 8] = [
     header::IF_UNMODIFIED_SINCE,
 ];
 
+/// A response with both `Transfer-Encoding` and `Content-Length` is framed by the former
+/// (hyper decoded it so): the length must go before the message is passed on or stored (RFC
+/// 9112 section 6.3, rule 3). Kept, it made hyper's server cut a relayed body at that length
+/// as a complete-looking response, and made every fill of the URL fail its length check.
+fn drop_length_under_chunking(headers: &mut HeaderMap) {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
+}
+
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
@@ -566,8 +576,9 @@ impl Inner {
     fn to_upstream(
         &self,
         method: &Method,
-        response: Response<Incoming>,
+        mut response: Response<Incoming>,
     ) -> Result<Upstream<FetchError>, (Response<Incoming>, policy::NotStored)> {
+        drop_length_under_chunking(response.headers_mut());
         let received = self.config.clock.now();
         let declared = content_length(response.headers());
         let has_body = method != Method::HEAD && !matches!(response.status().as_u16(), 204 | 304);
@@ -769,6 +780,7 @@ impl Inner {
     /// size limit) so a truncation is a 502, not a short body.
     async fn relay(&self, parts: &Parts, response: Response<Incoming>) -> Response<RespBody> {
         let (mut head, body) = response.into_parts();
+        drop_length_under_chunking(&mut head.headers);
         let body = self.origin.relayed(body);
         strip_hop_by_hop(&mut head.headers);
         let length_known = head.headers.contains_key(header::CONTENT_LENGTH);

@@ -1282,3 +1282,41 @@ async fn preconditions_on_a_cached_response_answer_412_when_false() {
     assert_eq!(origin.requests(), 1);
     assert!(!origin.heads()[0].to_ascii_lowercase().contains("if-match"));
 }
+
+/// An origin response with both `Content-Length` and chunked `Transfer-Encoding` is framed by
+/// the chunking (RFC 9112 6.3): the length is dropped before it is relayed or stored. Before,
+/// a relayed body was cut at the stated length and looked complete, and every fill of a
+/// cacheable one failed its length check (the URL could never be cached or read whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_content_length_beside_chunking_is_dropped_not_obeyed() {
+    let origin = Origin::start(|_, _| {
+        vec![
+            Step::Send(Bytes::from_static(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\nCache-Control: max-age=60\r\nConnection: close\r\n\r\n",
+            )),
+            Step::Send(chunk(b"0123456789")),
+            Step::Send(Bytes::from_static(LAST_CHUNK)),
+        ]
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let posted = send(
+        proxy,
+        Request::post("/u")
+            .header("host", "test.local")
+            .body(Empty::new())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        read_body(posted).await.unwrap(),
+        "0123456789",
+        "relayed whole"
+    );
+    for expected in ["MISS", "HIT"] {
+        let got = get_simple(proxy, "/c").await;
+        assert_eq!(got.headers()["x-cache"], expected);
+        assert_eq!(read_body(got).await.unwrap(), "0123456789", "{expected}");
+    }
+    assert_eq!(origin.requests(), 2, "one relay, one fill");
+}
