@@ -304,7 +304,18 @@ impl Inner {
         // it, the origin would also get a `Content-Length` with no body behind it.)
         if !policy::request_is_cacheable(&parts.method, &parts.headers) || !body.is_end_stream() {
             self.metrics.passes.inc();
-            return self.pass(parts, body.boxed()).await;
+            let changes = !parts.method.is_safe();
+            let response = self.pass(parts, body.boxed()).await;
+            // A PUT, POST, DELETE... the origin accepted changed the URL: what is stored for
+            // it must go (RFC 9111 4.4; a client reading its own write got the old copy).
+            let accepted = response.status().is_success() || response.status().is_redirection();
+            if changes
+                && accepted
+                && let Err(error) = self.purge_url(&authority, &path).await
+            {
+                tracing::warn!(%error, path, "invalidation after an unsafe method failed");
+            }
+            return response;
         }
         self.cached(parts, &authority, &path).await
     }
@@ -323,27 +334,35 @@ impl Inner {
             return full(StatusCode::FORBIDDEN, "purge refused\n");
         }
         self.metrics.purges.inc();
-        let mut removed = 0usize;
-        for method in [Method::GET, Method::HEAD] {
-            for coding in Coding::ALL {
-                let key = CacheKey::from(policy::cache_key(&method, authority, path, coding));
-                self.hit_for_pass.clear(&key);
-                match self.cache.purge(key).await {
-                    Ok(true) => removed += 1,
-                    Ok(false) => {}
-                    Err(error) => {
-                        tracing::warn!(%error, path, "purge failed");
-                        return full(StatusCode::INTERNAL_SERVER_ERROR, "purge failed\n");
-                    }
-                }
+        let removed = match self.purge_url(authority, path).await {
+            Ok(removed) => removed,
+            Err(error) => {
+                tracing::warn!(%error, path, "purge failed");
+                return full(StatusCode::INTERNAL_SERVER_ERROR, "purge failed\n");
             }
-        }
+        };
         tracing::info!(authority, path, removed, "purged");
         if removed > 0 {
             full(StatusCode::OK, "purged\n")
         } else {
             full(StatusCode::NOT_FOUND, "not cached\n")
         }
+    }
+
+    /// Removes every stored variant of the URL (both methods, all coding classes) and its
+    /// hit-for-pass marks; returns how many objects went.
+    async fn purge_url(&self, authority: &str, path: &str) -> Result<usize, StorageError> {
+        let mut removed = 0usize;
+        for method in [Method::GET, Method::HEAD] {
+            for coding in Coding::ALL {
+                let key = CacheKey::from(policy::cache_key(&method, authority, path, coding));
+                self.hit_for_pass.clear(&key);
+                if self.cache.purge(key).await? {
+                    removed += 1;
+                }
+            }
+        }
+        Ok(removed)
     }
 
     /// A cacheable `GET`/`HEAD`.

@@ -1320,3 +1320,37 @@ async fn a_content_length_beside_chunking_is_dropped_not_obeyed() {
     }
     assert_eq!(origin.requests(), 2, "one relay, one fill");
 }
+
+/// A PUT/POST/DELETE the origin accepts invalidates what is stored for its URL (RFC 9111 4.4):
+/// the next GET fetches again. One the origin refuses changes nothing. Before, a client
+/// reading back its own write got the old copy until it expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_unsafe_method_invalidates_the_stored_url() {
+    let origin = Origin::start(|_, head| {
+        let status = match head.starts_with("DELETE") {
+            true => "403 Forbidden",
+            false => "200 OK",
+        };
+        vec![Step::Send(Bytes::from(format!(
+            "HTTP/1.1 {status}\r\nContent-Length: 2\r\nCache-Control: max-age=600\r\nConnection: close\r\n\r\nok"
+        )))]
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    read_body(get_simple(proxy, "/doc").await).await.unwrap();
+    let unsafe_request = |method: &str| {
+        Request::builder()
+            .method(method)
+            .uri("/doc")
+            .header("host", "test.local")
+            .body(Empty::<Bytes>::new())
+            .unwrap()
+    };
+    // Refused by the origin: the stored copy stays.
+    assert_eq!(send(proxy, unsafe_request("DELETE")).await.status(), 403);
+    assert_eq!(get_simple(proxy, "/doc").await.headers()["x-cache"], "HIT");
+    // Accepted: gone.
+    assert_eq!(send(proxy, unsafe_request("PUT")).await.status(), 200);
+    assert_eq!(get_simple(proxy, "/doc").await.headers()["x-cache"], "MISS");
+    assert_eq!(origin.requests(), 4, "GET, DELETE, PUT, GET again");
+}
