@@ -67,6 +67,7 @@
 //!   503 or 504 (RFC 5861 section 4), and such a failure leaves the stale object in place (a
 //!   client that may not have it gets the origin's error answer). A refresh answered with a
 //!   response that may not be stored removes the object and goes to the client that led it.
+//!   `must-revalidate` and `proxy-revalidate` close both windows (never served stale).
 //!   Responses served stale say `X-Cache: STALE`. There is no revalidation with
 //!   `If-None-Match`/`If-Modified-Since` (a refresh is a full fetch).
 //! - Conditional request headers and `Range` are not forwarded on fills (the stored object is

@@ -30,6 +30,9 @@ pub(crate) struct CacheControl {
     pub(crate) stale_while_revalidate: Option<u64>,
     /// RFC 5861: serve stale this long past freshness when the origin fails.
     pub(crate) stale_if_error: Option<u64>,
+    /// `must-revalidate` or `proxy-revalidate`: never served stale (RFC 9111 5.2.2.2, 5.2.2.8),
+    /// whatever `stale-while-revalidate` or `stale-if-error` allow.
+    pub(crate) must_revalidate: bool,
     /// A directive we could not parse (a `max-age` that is not a number): the response is not
     /// stored, as RFC 9111 section 4.2.1 advises for invalid freshness.
     pub(crate) invalid: bool,
@@ -64,6 +67,7 @@ impl CacheControl {
                     "no-store" => cc.no_store = true,
                     "no-cache" => cc.no_cache = true,
                     "private" => cc.private = true,
+                    "must-revalidate" | "proxy-revalidate" => cc.must_revalidate = true,
                     _ => {}
                 }
             }
@@ -213,11 +217,17 @@ pub(crate) fn storable(
             None => return Err(NotStored::NoFreshness),
         },
     };
+    // Stale use is forbidden outright by must-revalidate / proxy-revalidate (a MUST NOT in
+    // RFC 9111 4.2.4): their stale windows count as none.
+    let stale = |window: Option<u64>| match cc.must_revalidate {
+        true => Duration::ZERO,
+        false => Duration::from_secs(window.unwrap_or(0)),
+    };
     let freshness = Freshness {
         lifetime,
         initial_age,
-        stale_while_revalidate: Duration::from_secs(cc.stale_while_revalidate.unwrap_or(0)),
-        stale_if_error: Duration::from_secs(cc.stale_if_error.unwrap_or(0)),
+        stale_while_revalidate: stale(cc.stale_while_revalidate),
+        stale_if_error: stale(cc.stale_if_error),
     };
     if !freshness.is_fresh(received, received) {
         return Err(NotStored::NoFreshness);
@@ -410,6 +420,29 @@ mod tests {
             ),
             Err(NotStored::NoFreshness)
         );
+    }
+
+    /// `must-revalidate` and `proxy-revalidate` forbid serving stale (RFC 9111 4.2.4): the
+    /// stale-while-revalidate and stale-if-error windows beside them count as none. Before,
+    /// both were ignored and a stale copy was served when the origin had forbidden it.
+    #[test]
+    fn revalidation_directives_close_the_stale_windows() {
+        let windows = |cc: &str| {
+            let f = storable(StatusCode::OK, &headers(&[("cache-control", cc)]), now()).unwrap();
+            (f.stale_while_revalidate, f.stale_if_error)
+        };
+        let open = "max-age=10, stale-while-revalidate=60, stale-if-error=600";
+        assert_eq!(
+            windows(open),
+            (Duration::from_secs(60), Duration::from_secs(600))
+        );
+        for directive in ["must-revalidate", "proxy-revalidate", "Must-Revalidate"] {
+            assert_eq!(
+                windows(&format!("{open}, {directive}")),
+                (Duration::ZERO, Duration::ZERO),
+                "{directive}"
+            );
+        }
     }
 
     /// "Forever" written as a huge number (`i64::MAX`, or past `u64`) counts as 2^31 seconds
