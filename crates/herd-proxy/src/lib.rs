@@ -100,7 +100,8 @@ pub struct Config {
     pub max_header_bytes: usize,
     /// Connecting to the origin (502 when it fails).
     pub connect_timeout: Duration,
-    /// Waiting for the origin's response head (504 when it passes).
+    /// Waiting for the origin's response head (504 when it passes), counted from the request
+    /// body's last move: an upload that keeps moving is not timed out, one that stalls is.
     pub response_timeout: Duration,
     /// Longest gap between two origin body chunks before the body is aborted (stored bodies
     /// and passed-through ones alike).

@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use tokio::time::Instant;
 
 use crate::metrics::Metrics;
 
@@ -81,7 +82,10 @@ impl Origin {
         }
     }
 
-    /// Send `request` and wait for the response head.
+    /// Send `request` and wait for the response head: at most `response_timeout` after the
+    /// request's body last moved (a chunk sent, or its end), so an upload's own time does not
+    /// count as the origin's (nginx's `proxy_read_timeout` starts once the request is sent),
+    /// while an upload that stalls, on either side, still ends after that long.
     ///
     /// Cancel safety: dropping the future drops the request (hyper closes or pools the
     /// connection); nothing else is shared.
@@ -90,13 +94,31 @@ impl Origin {
         request: Request<UpBody>,
     ) -> Result<Response<Incoming>, FetchError> {
         self.metrics.upstream_fetches.inc();
-        match tokio::time::timeout(self.response_timeout, self.client.request(request)).await {
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(error)) => {
+        let moved = Arc::new(parking_lot::Mutex::new(Instant::now()));
+        let request = request.map(|body| {
+            ProgressBody {
+                inner: body,
+                moved: Arc::clone(&moved),
+            }
+            .boxed()
+        });
+        let mut response = std::pin::pin!(self.client.request(request));
+        let answer = loop {
+            let deadline = *moved.lock() + self.response_timeout;
+            match tokio::time::timeout_at(deadline, &mut response).await {
+                Ok(answer) => break Some(answer),
+                // The body moved since this deadline was set: wait from its last move.
+                Err(_elapsed) if *moved.lock() + self.response_timeout > Instant::now() => {}
+                Err(_elapsed) => break None,
+            }
+        };
+        match answer {
+            Some(Ok(response)) => Ok(response),
+            Some(Err(error)) => {
                 self.metrics.upstream_errors.inc();
                 Err(FetchError::Unreachable(error))
             }
-            Err(_elapsed) => {
+            None => {
                 self.metrics.upstream_timeouts.inc();
                 Err(FetchError::Timeout(self.response_timeout))
             }
@@ -225,6 +247,37 @@ fn coalesce_batch(batch: Vec<Result<Bytes, FetchError>>) -> Vec<Result<Bytes, Fe
         out.push(Ok(Bytes::from(merged)));
     }
     out
+}
+
+/// A request body that records when it last moved (a frame handed to hyper, or its end), for
+/// [`Origin::fetch`]'s response timeout.
+struct ProgressBody {
+    inner: UpBody,
+    moved: Arc<parking_lot::Mutex<Instant>>,
+}
+
+impl hyper::body::Body for ProgressBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if polled.is_ready() {
+            *self.moved.lock() = Instant::now();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 #[cfg(test)]

@@ -1354,3 +1354,66 @@ async fn an_accepted_unsafe_method_invalidates_the_stored_url() {
     assert_eq!(get_simple(proxy, "/doc").await.headers()["x-cache"], "MISS");
     assert_eq!(origin.requests(), 4, "GET, DELETE, PUT, GET again");
 }
+
+/// An upload longer than `response_timeout` whose body keeps moving is not a timeout: the
+/// response timeout counts from the request body's last move (as nginx's read timeout starts
+/// once the request is sent). Before, it counted from the start, so a slow or large upload got
+/// a 504 mid-way. A client that stops sending mid-body still ends after the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_longer_than_the_response_timeout_is_not_a_timeout() {
+    // The origin answers once the test says the upload is over (as an origin that reads the
+    // whole body before answering).
+    let uploaded = Gate::new();
+    let origin = Origin::start({
+        let uploaded = uploaded.clone();
+        move |_, _| {
+            vec![
+                Step::Wait(uploaded.clone()),
+                Step::Send(head_len(2, "")),
+                Step::Send(body_of(2)),
+            ]
+        }
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |c| {
+        c.response_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let mut client = TcpStream::connect(proxy).await.unwrap();
+    client
+        .write_all(b"POST /upload HTTP/1.1\r\nHost: test.local\r\nContent-Length: 6\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    // Six bytes over ~1.8 s, a gap of 300 ms each: every gap well inside the timeout.
+    for byte in b"abcdef" {
+        let _ = client.write_all(&[*byte]).await; // a 504 closes the connection early
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    uploaded.open();
+    let mut response = Vec::new();
+    tokio::time::timeout(GUARD, client.read_to_end(&mut response))
+        .await
+        .expect("hang guard")
+        .unwrap();
+    let response = String::from_utf8_lossy(&response);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    // A client that stops mid-body (before an origin that waits for all of it): 504 once the
+    // timeout passes.
+    let waiting = Origin::start(|_, _| vec![Step::Hang]).await;
+    let (patient, _patient_handle) = common::proxy(waiting.addr, |c| {
+        c.response_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let mut stalled = TcpStream::connect(patient).await.unwrap();
+    stalled
+        .write_all(b"POST /upload HTTP/1.1\r\nHost: test.local\r\nContent-Length: 6\r\nConnection: close\r\n\r\nabc")
+        .await
+        .unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(GUARD, stalled.read_to_end(&mut response))
+        .await
+        .expect("a stalled upload ends")
+        .unwrap();
+    let response = String::from_utf8_lossy(&response);
+    assert!(response.starts_with("HTTP/1.1 504"), "{response}");
+}
