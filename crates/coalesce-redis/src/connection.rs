@@ -21,6 +21,9 @@ use tokio::time::{Instant, timeout};
 /// - A connect that failed starts a back-off of `reconnect_backoff`, during which calls fail at
 ///   once instead of each waiting on a dead address.
 /// - A command that fails with an I/O error or times out drops the connection.
+///
+/// Cheap to clone: clones share the connection and its state.
+#[derive(Clone)]
 pub(crate) struct Connector {
     client: redis::Client,
     connect_timeout: Duration,

@@ -206,13 +206,62 @@ impl RedisLease {
     }
 }
 
+/// A `try_acquire` whose `SET` may have run without its answer reaching us: dropped while
+/// armed (`redis_key` set), it releases the token in the background.
+struct Unanswered {
+    connector: Connector,
+    release: redis::Script,
+    redis_key: Option<String>,
+    token: LeaseToken,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        let Some(redis_key) = self.redis_key.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // no runtime to send it on: the lease expires after its ttl
+        };
+        let (connector, release, token) = (
+            self.connector.clone(),
+            self.release.clone(),
+            self.token.clone(),
+        );
+        runtime.spawn(async move {
+            let released = connector
+                .run(|mut connection| async move {
+                    release
+                        .key(&redis_key)
+                        .arg(token.as_str())
+                        .invoke_async::<i64>(&mut connection)
+                        .await
+                })
+                .await;
+            if let Err(error) = released {
+                tracing::debug!(%error, "could not release a lease whose acquisition went unanswered; it expires after its ttl");
+            }
+        });
+    }
+}
+
 #[async_trait]
 impl FillLease for RedisLease {
-    /// `SET key token NX PX ttl`.
+    /// `SET key token NX PX ttl`. A call that ends without Redis's answer (timed out, failed
+    /// after sending, or dropped) may still have taken the lease, under a token nobody holds:
+    /// the key would stay locked for `ttl`, this process's next leader included. So the
+    /// compare-and-delete of that token is then sent on a background task (a no-op if the
+    /// `SET` never ran).
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Acquire, LeaseError> {
         let millis = ttl_millis(ttl)?;
         let token = self.token();
         let redis_key = self.redis_key(key);
+        let mut unanswered = Unanswered {
+            connector: self.connector.clone(),
+            release: self.release.clone(),
+            redis_key: Some(redis_key.clone()),
+            token: token.clone(),
+        };
         let set: Option<String> = self
             .connector
             .run(|mut connection| {
@@ -229,6 +278,7 @@ impl FillLease for RedisLease {
                 }
             })
             .await?;
+        unanswered.redis_key = None; // answered: the lease is ours or someone else's, known
         Ok(match set {
             Some(_ok) => Acquire::Acquired(token),
             None => Acquire::HeldElsewhere,

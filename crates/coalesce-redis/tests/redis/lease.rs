@@ -319,3 +319,82 @@ pub(crate) async fn a_connect_slower_than_the_callers_limit_still_completes(serv
     }
     assert!(granted, "no call within 50 ms ever got a connection");
 }
+
+/// Redis answers later than the lease waits (replies held back 150 ms while `slow` is set,
+/// `command_timeout` 100 ms): the `SET` took the lease, but the call timed out. The lease is
+/// released in the background under the token the call made. Before, it stayed held by nobody
+/// for its ttl: every process, this one's next leader included, waited that long on the key.
+pub(crate) async fn an_acquisition_that_times_out_does_not_leave_the_lease_held(
+    server: RedisServer,
+) {
+    use std::sync::atomic::AtomicBool;
+    let target = server.port();
+    let slow = Arc::new(AtomicBool::new(false));
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("redis://{}/", proxy.local_addr().unwrap());
+    tokio::spawn({
+        let slow = Arc::clone(&slow);
+        async move {
+            while let Ok((client, _)) = proxy.accept().await {
+                let Ok(redis) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                    return;
+                };
+                let (mut from_client, mut to_client) = client.into_split();
+                let (mut from_redis, mut to_redis) = redis.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut from_client, &mut to_redis).await;
+                });
+                let slow = Arc::clone(&slow);
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut buf = vec![0u8; 16 * 1024];
+                    while let Ok(n) = from_redis.read(&mut buf).await {
+                        if n == 0 {
+                            return;
+                        }
+                        if slow.load(SeqCst) {
+                            tokio::time::sleep(Duration::from_millis(150)).await;
+                        }
+                        if to_client.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        }
+    });
+    let lease = RedisLease::builder(&url)
+        .connect_timeout(Duration::from_secs(5))
+        .command_timeout(Duration::from_millis(100))
+        .reconnect_backoff(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    // Connected while Redis answers promptly; then its answers slow down.
+    let warm = lease.try_acquire("warm", Duration::from_secs(60)).await;
+    assert!(matches!(warm, Ok(Acquire::Acquired(_))), "{warm:?}");
+    slow.store(true, SeqCst);
+    let answer = lease.try_acquire("k", Duration::from_secs(60)).await;
+    // The connection's own response timeout, or the lease's: either way, no answer.
+    assert!(answer.is_err(), "{answer:?}");
+    slow.store(false, SeqCst);
+    let admin = redis::Client::open(server.url().as_str()).unwrap();
+    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    let released = tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            let exists: i64 = redis::cmd("EXISTS")
+                .arg(lease.redis_key("k"))
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            if exists == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        released.is_ok(),
+        "the lease the timed-out call took is still held"
+    );
+}

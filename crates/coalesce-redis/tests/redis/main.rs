@@ -49,6 +49,13 @@ fn main() -> std::process::ExitCode {
                 Box::pin(lease::a_connect_slower_than_the_callers_limit_still_completes(server))
             },
         ),
+        Case::redis(
+            "lease::an_acquisition_that_times_out_does_not_leave_the_lease_held",
+            2,
+            |server| {
+                Box::pin(lease::an_acquisition_that_times_out_does_not_leave_the_lease_held(server))
+            },
+        ),
         Case::plain(
             "lease::a_redis_that_never_answers_costs_a_timeout_not_a_hang",
             1,
