@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::{advance, sleep};
-use ttl_lru::{Cache, FetchError, Source, TokioClock};
+use ttl_lru::{Cache, FetchError, Fetched, Source, TokioClock};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -676,14 +676,7 @@ async fn a_refresh_claimed_during_a_fill_that_stores_nothing_still_happens() {
     let gate = Arc::new(Notify::new());
     let (c1, f1) = (c.clone(), gated(&gate, 1));
     let open = tokio::spawn(async move { c1.get_or_try_insert(1, forever, f1).await });
-    tokio::task::yield_now().await;
-    c.insert(1, 10, SEC).unwrap(); // fences the open fill
-    advance(Duration::from_secs(2)).await;
-    let runs = Arc::new(AtomicUsize::new(0));
-    let got = c
-        .get_or_try_insert(1, secs(1), counted(&runs, 2, Duration::ZERO))
-        .await
-        .unwrap();
+    let (runs, got) = insert_then_claim_the_refresh(&c).await;
     assert_eq!((got.value, got.source), (10, Source::Stale));
     // The open fill ends; the fence drops its value.
     gate.notify_waiters();
@@ -692,6 +685,21 @@ async fn a_refresh_claimed_during_a_fill_that_stores_nothing_still_happens() {
     // A later reader still gets the stale value, and now a refresh runs.
     later_stale_reads_refresh_once(&c, &runs).await;
     assert_eq!(c.stats().refreshes, 1);
+}
+
+/// With a fill of key 1 open (just spawned): an insert of 10 for 1 s fences it, 2 s pass, and a
+/// stale read claims the entry's refresh (a fill of 2, counted in the returned `runs`), which
+/// waits on the open fill. Returns the counter and what the read got.
+async fn insert_then_claim_the_refresh(c: &Cache<u64, u64>) -> (Arc<AtomicUsize>, Fetched<u64>) {
+    tokio::task::yield_now().await;
+    c.insert(1, 10, SEC).unwrap(); // fences the open fill
+    advance(Duration::from_secs(2)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let got = c
+        .get_or_try_insert(1, secs(1), counted(&runs, 2, Duration::ZERO))
+        .await
+        .unwrap();
+    (runs, got)
 }
 
 /// After the open fill of key 1 ended: three more stale reads, of which exactly one starts a
@@ -752,14 +760,7 @@ async fn refresh_claimed_during_an_open_fill_that_ends(times_out: bool) {
             false => c1.get_or_try_insert(1, forever, failing).await,
         }
     });
-    tokio::task::yield_now().await;
-    c.insert(1, 10, SEC).unwrap(); // fences the open fill
-    advance(Duration::from_secs(2)).await;
-    let runs = Arc::new(AtomicUsize::new(0));
-    let got = c
-        .get_or_try_insert(1, secs(1), counted(&runs, 2, Duration::ZERO))
-        .await
-        .unwrap();
+    let (runs, got) = insert_then_claim_the_refresh(&c).await;
     assert_eq!((got.value, got.source), (10, Source::Stale));
     match times_out {
         true => advance(Duration::from_secs(4)).await,
@@ -780,14 +781,7 @@ async fn a_refresh_claimed_during_an_abandoned_fill_still_happens() {
     let never = || std::future::pending::<Result<u64, Boom>>();
     let c1 = c.clone();
     let open = tokio::spawn(async move { c1.get_or_try_insert(1, forever, never).await });
-    tokio::task::yield_now().await;
-    c.insert(1, 10, SEC).unwrap();
-    advance(Duration::from_secs(2)).await;
-    let runs = Arc::new(AtomicUsize::new(0));
-    let got = c
-        .get_or_try_insert(1, secs(1), counted(&runs, 2, Duration::ZERO))
-        .await
-        .unwrap();
+    let (runs, got) = insert_then_claim_the_refresh(&c).await;
     assert_eq!(got.source, Source::Stale);
     open.abort();
     let _ = open.await;
