@@ -100,7 +100,8 @@ impl L2Error {
 ///
 /// # Cancellation
 /// A call dropped before it completes may or may not have taken effect. A dropped
-/// `set_if_version` is still fenced: it lands, if at all, only while the version is unchanged.
+/// `set_if_version` (or `set_if_version_absent`) is still fenced: it lands, if at all, only
+/// while the version is unchanged (and, for the latter, where no value is).
 #[async_trait]
 pub trait SecondLevel: Send + Sync + 'static {
     /// The value and its remaining ttl, or `None`.
