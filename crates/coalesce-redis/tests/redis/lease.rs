@@ -378,23 +378,45 @@ pub(crate) async fn an_acquisition_that_times_out_does_not_leave_the_lease_held(
     assert!(answer.is_err(), "{answer:?}");
     slow.store(false, SeqCst);
     let admin = redis::Client::open(server.url().as_str()).unwrap();
-    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
-    let released = tokio::time::timeout(HANG_GUARD, async {
-        loop {
-            let exists: i64 = redis::cmd("EXISTS")
-                .arg(lease.redis_key("k"))
-                .query_async(&mut admin)
-                .await
-                .unwrap();
-            if exists == 0 {
-                break;
+    let admin = admin.get_multiplexed_async_connection().await.unwrap();
+    let released = |key: String| {
+        let mut admin = admin.clone();
+        tokio::time::timeout(HANG_GUARD, async move {
+            loop {
+                let exists: i64 = redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+                if exists == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+        })
+    };
     assert!(
-        released.is_ok(),
+        released(lease.redis_key("k")).await.is_ok(),
         "the lease the timed-out call took is still held"
+    );
+    // The same for a call dropped (its caller gave up first) after its `SET` was sent.
+    let patient = RedisLease::builder(&url)
+        .connect_timeout(Duration::from_secs(5))
+        .command_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let warm = patient.try_acquire("warm2", Duration::from_secs(60)).await;
+    assert!(matches!(warm, Ok(Acquire::Acquired(_))), "{warm:?}");
+    slow.store(true, SeqCst);
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(50),
+        patient.try_acquire("d", Duration::from_secs(60)),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the call was dropped before its answer");
+    slow.store(false, SeqCst);
+    assert!(
+        released(patient.redis_key("d")).await.is_ok(),
+        "the lease the dropped call took is still held"
     );
 }
