@@ -20,7 +20,13 @@ use tokio::time::{Instant, timeout};
 ///   starting the back-off.
 /// - A connect that failed starts a back-off of `reconnect_backoff`, during which calls fail at
 ///   once instead of each waiting on a dead address.
-/// - A command that fails with an I/O error or times out drops the connection.
+/// - A command that fails with an I/O error or times out drops the connection, and so does a
+///   `-READONLY` or `-MASTERDOWN` reply: behind a stable name or virtual IP, a failover leaves
+///   the old connection on a node that is now a replica, and only a new connection reaches the
+///   new primary. (redis-rs calls `READONLY` not retryable, so it used to keep the connection:
+///   every write failed until the socket died, the lease and second level stayed failed open.)
+/// - A failure drops only the connection its command ran on: a late failure of a command sent
+///   on an older connection leaves the newer one alone.
 ///
 /// Cheap to clone: clones share the connection and its state.
 #[derive(Clone)]
@@ -37,6 +43,9 @@ pub(crate) struct Connector {
 #[derive(Default)]
 struct State {
     connection: Option<MultiplexedConnection>,
+    /// Counts the connections made: which one [`connection`](Self::connection) is, so that a
+    /// failure forgets the connection its command used and no later one.
+    generation: u64,
     /// After a failed connect: fail fast until then.
     down_until: Option<Instant>,
     /// A connect attempt is running on its task.
@@ -82,31 +91,32 @@ impl Connector {
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let connection = self.connection().await?;
+        let (connection, generation) = self.connection().await?;
         match timeout(self.command_timeout, command(connection)).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => {
-                if error.is_io_error()
-                    || error.is_connection_dropped()
-                    || error.is_timeout()
-                    || error.is_unrecoverable_error()
-                {
-                    self.forget_connection();
+                if connection_is_done(&error) {
+                    self.forget_connection(generation);
                 }
                 Err(LeaseError::unavailable(error))
             }
             Err(_elapsed) => {
-                self.forget_connection();
+                self.forget_connection(generation);
                 Err(LeaseError::TimedOut(self.command_timeout))
             }
         }
     }
 
-    fn forget_connection(&self) {
-        self.state().connection = None;
+    /// Drops connection number `generation` if it is still the current one.
+    fn forget_connection(&self, generation: u64) {
+        let mut state = self.state();
+        if state.generation == generation {
+            state.connection = None;
+        }
     }
 
-    async fn connection(&self) -> Result<MultiplexedConnection, LeaseError> {
+    /// The live connection and its generation, connecting first if needed.
+    async fn connection(&self) -> Result<(MultiplexedConnection, u64), LeaseError> {
         // Subscribed before looking: an attempt that ends after the look wakes the wait below.
         let mut ended = self.attempts.subscribe();
         let deadline = Instant::now().checked_add(self.connect_timeout);
@@ -165,6 +175,7 @@ impl Connector {
                 match outcome {
                     Ok(connection) => {
                         state.connection = Some(connection);
+                        state.generation += 1;
                         state.down_until = None;
                     }
                     Err(failure) => {
@@ -182,11 +193,12 @@ impl Connector {
         });
     }
 
-    /// The live connection, `None` when a connect should be tried, or the back-off error.
-    fn ready(&self) -> Result<Option<MultiplexedConnection>, LeaseError> {
+    /// The live connection and its generation, `None` when a connect should be tried, or the
+    /// back-off error.
+    fn ready(&self) -> Result<Option<(MultiplexedConnection, u64)>, LeaseError> {
         let state = self.state();
         if let Some(connection) = &state.connection {
-            return Ok(Some(connection.clone()));
+            return Ok(Some((connection.clone(), state.generation)));
         }
         match state.down_until {
             Some(until) if Instant::now() < until => Err(LeaseError::unavailable(Backoff {
@@ -195,6 +207,21 @@ impl Connector {
             _ => Ok(None),
         }
     }
+}
+
+/// Whether a command's failure means its connection should not be used again: it broke or
+/// timed out, or it reaches a node that no longer takes writes (a failover behind the same
+/// address: `READONLY` from a demoted primary, `MASTERDOWN` from a replica cut off from it).
+fn connection_is_done(error: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_timeout()
+        || error.is_unrecoverable_error()
+        || matches!(
+            error.kind(),
+            ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+        )
 }
 
 /// Ends a connect attempt when its task ends (or is dropped): another may start, and callers

@@ -14,6 +14,8 @@ use coalesce_redis::RedisLease;
 use coalesce_redis::test_server::RedisServer;
 use tokio::sync::Notify;
 
+use crate::forwarder::Forwarder;
+
 /// Guards against a hang: far above anything these tests should take, and it is the only
 /// wall-clock limit here (nothing asserts on elapsed time).
 const HANG_GUARD: Duration = Duration::from_secs(30);
@@ -320,63 +322,29 @@ pub(crate) async fn a_connect_slower_than_the_callers_limit_still_completes(serv
     assert!(granted, "no call within 50 ms ever got a connection");
 }
 
-/// Redis answers later than the lease waits (replies held back 150 ms while `slow` is set,
+/// Redis answers later than the lease waits (replies held back until the call has timed out,
 /// `command_timeout` 100 ms): the `SET` took the lease, but the call timed out. The lease is
 /// released in the background under the token the call made. Before, it stayed held by nobody
 /// for its ttl: every process, this one's next leader included, waited that long on the key.
 pub(crate) async fn an_acquisition_that_times_out_does_not_leave_the_lease_held(
     server: RedisServer,
 ) {
-    use std::sync::atomic::AtomicBool;
-    let target = server.port();
-    let slow = Arc::new(AtomicBool::new(false));
-    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("redis://{}/", proxy.local_addr().unwrap());
-    tokio::spawn({
-        let slow = Arc::clone(&slow);
-        async move {
-            while let Ok((client, _)) = proxy.accept().await {
-                let Ok(redis) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
-                    return;
-                };
-                let (mut from_client, mut to_client) = client.into_split();
-                let (mut from_redis, mut to_redis) = redis.into_split();
-                tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut from_client, &mut to_redis).await;
-                });
-                let slow = Arc::clone(&slow);
-                tokio::spawn(async move {
-                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                    let mut buf = vec![0u8; 16 * 1024];
-                    while let Ok(n) = from_redis.read(&mut buf).await {
-                        if n == 0 {
-                            return;
-                        }
-                        if slow.load(SeqCst) {
-                            tokio::time::sleep(Duration::from_millis(150)).await;
-                        }
-                        if to_client.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        }
-    });
+    let address = Forwarder::start(server.port()).await;
+    let url = address.url();
     let lease = RedisLease::builder(&url)
         .connect_timeout(Duration::from_secs(5))
         .command_timeout(Duration::from_millis(100))
         .reconnect_backoff(Duration::from_millis(10))
         .build()
         .unwrap();
-    // Connected while Redis answers promptly; then its answers slow down.
+    // Connected while Redis answers promptly (connection 1); then its answers stop.
     let warm = lease.try_acquire("warm", Duration::from_secs(60)).await;
     assert!(matches!(warm, Ok(Acquire::Acquired(_))), "{warm:?}");
-    slow.store(true, SeqCst);
+    address.hold(1, true);
     let answer = lease.try_acquire("k", Duration::from_secs(60)).await;
     // The connection's own response timeout, or the lease's: either way, no answer.
     assert!(answer.is_err(), "{answer:?}");
-    slow.store(false, SeqCst);
+    address.hold(1, false);
     let admin = redis::Client::open(server.url().as_str()).unwrap();
     let admin = admin.get_multiplexed_async_connection().await.unwrap();
     let released = |key: String| {
@@ -407,16 +375,111 @@ pub(crate) async fn an_acquisition_that_times_out_does_not_leave_the_lease_held(
         .unwrap();
     let warm = patient.try_acquire("warm2", Duration::from_secs(60)).await;
     assert!(matches!(warm, Ok(Acquire::Acquired(_))), "{warm:?}");
-    slow.store(true, SeqCst);
+    let connection = address.accepted();
+    address.hold(connection, true);
     let gave_up = tokio::time::timeout(
         Duration::from_millis(50),
         patient.try_acquire("d", Duration::from_secs(60)),
     )
     .await;
     assert!(gave_up.is_err(), "the call was dropped before its answer");
-    slow.store(false, SeqCst);
+    address.hold(connection, false);
     assert!(
         released(patient.redis_key("d")).await.is_ok(),
         "the lease the dropped call took is still held"
     );
+}
+
+/// A failover behind one address (a DNS name or virtual IP that moves to the new primary): the
+/// old primary is demoted to a replica, so the lease's connection to it answers `-READONLY` to
+/// every write. The call that gets that answer fails open; the lease drops the connection, and
+/// the next call reconnects and reaches the new primary. Before, redis-rs's "not retryable"
+/// kept the connection: every acquisition failed open until the socket died.
+pub(crate) async fn a_failover_behind_one_address_is_followed(old_primary: RedisServer) {
+    let new_primary = RedisServer::start().expect("a second redis-server");
+    let address = Forwarder::start(old_primary.port()).await;
+    let lease = RedisLease::builder(address.url())
+        .connect_timeout(Duration::from_secs(5))
+        .command_timeout(Duration::from_secs(5))
+        .reconnect_backoff(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let before = lease.try_acquire("before", HANG_GUARD).await;
+    assert!(matches!(before, Ok(Acquire::Acquired(_))), "{before:?}");
+    // The failover: the old primary follows the new one, the address moves.
+    let admin = redis::Client::open(old_primary.url().as_str()).unwrap();
+    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(new_primary.port())
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    address.retarget(new_primary.port());
+    let during = lease.try_acquire("k", HANG_GUARD).await;
+    assert!(
+        matches!(&during, Err(LeaseError::Unavailable(_))),
+        "a write to the demoted primary: {during:?}"
+    );
+    let after = lease.try_acquire("k", HANG_GUARD).await;
+    assert!(
+        matches!(after, Ok(Acquire::Acquired(_))),
+        "the next call reaches the new primary: {after:?}"
+    );
+    assert_eq!(address.accepted(), 2, "one reconnect");
+    let new = redis::Client::open(new_primary.url().as_str()).unwrap();
+    let mut new = new.get_multiplexed_async_connection().await.unwrap();
+    let held: i64 = redis::cmd("EXISTS")
+        .arg(lease.redis_key("k"))
+        .query_async(&mut new)
+        .await
+        .unwrap();
+    assert_eq!(held, 1, "the lease is held on the new primary");
+}
+
+/// A command that fails late on a connection the lease has already replaced forgets only that
+/// connection: two acquisitions are in flight on connection 1 when its replies stop; the first
+/// times out (connection 1 is dropped), a call reconnects (connection 2), then the second
+/// times out. Before, that late failure dropped connection 2 as well, and the next call paid a
+/// reconnect (a third connection) for nothing.
+pub(crate) async fn a_late_failure_on_an_old_connection_leaves_the_new_one(server: RedisServer) {
+    let address = Forwarder::start(server.port()).await;
+    let command_timeout = Duration::from_millis(600);
+    let lease = Arc::new(
+        RedisLease::builder(address.url())
+            .connect_timeout(Duration::from_secs(5))
+            .command_timeout(command_timeout)
+            .reconnect_backoff(Duration::from_millis(10))
+            .build()
+            .unwrap(),
+    );
+    let warm = lease.try_acquire("warm", HANG_GUARD).await;
+    assert!(matches!(warm, Ok(Acquire::Acquired(_))), "{warm:?}");
+    address.hold(1, true);
+    let first = tokio::spawn({
+        let lease = Arc::clone(&lease);
+        async move { lease.try_acquire("a", HANG_GUARD).await }
+    });
+    // Half a command timeout later (the ordering margin, not an assertion), the second.
+    tokio::time::sleep(command_timeout / 2).await;
+    let second = tokio::spawn({
+        let lease = Arc::clone(&lease);
+        async move { lease.try_acquire("b", HANG_GUARD).await }
+    });
+    // The connection's own response timeout, or the lease's: either way, no answer.
+    let first = first.await.unwrap();
+    assert!(first.is_err(), "{first:?}");
+    let fresh = lease.try_acquire("c", HANG_GUARD).await;
+    assert!(matches!(fresh, Ok(Acquire::Acquired(_))), "{fresh:?}");
+    assert_eq!(address.accepted(), 2, "the first timeout's reconnect");
+    let second = second.await.unwrap();
+    assert!(second.is_err(), "{second:?}");
+    let later = lease.try_acquire("d", HANG_GUARD).await;
+    assert!(matches!(later, Ok(Acquire::Acquired(_))), "{later:?}");
+    assert_eq!(
+        address.accepted(),
+        2,
+        "the late failure on connection 1 dropped connection 2"
+    );
+    address.hold(1, false);
 }

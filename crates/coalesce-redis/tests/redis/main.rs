@@ -6,6 +6,7 @@
 
 mod conformance;
 mod fleet;
+mod forwarder;
 mod harness;
 mod l2_conformance;
 mod lease;
@@ -54,6 +55,18 @@ fn main() -> std::process::ExitCode {
             2,
             |server| {
                 Box::pin(lease::an_acquisition_that_times_out_does_not_leave_the_lease_held(server))
+            },
+        ),
+        Case::redis(
+            "lease::a_failover_behind_one_address_is_followed",
+            2,
+            |server| Box::pin(lease::a_failover_behind_one_address_is_followed(server)),
+        ),
+        Case::redis(
+            "lease::a_late_failure_on_an_old_connection_leaves_the_new_one",
+            2,
+            |server| {
+                Box::pin(lease::a_late_failure_on_an_old_connection_leaves_the_new_one(server))
             },
         ),
         Case::plain(
