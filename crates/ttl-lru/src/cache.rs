@@ -395,6 +395,16 @@ where
             .remove_as(hash, key, RemovalCause::Removed, self.now())
     }
 
+    /// Removes `key`'s entry as [`remove`](Self::remove) does, unless the key was written
+    /// (inserted, removed, invalidated) since `fence`: then what is stored is newer than
+    /// whatever made the caller want it gone, and it stays. A clear, or more writes to the
+    /// shard than it remembers, count as "not written": the entry is removed.
+    pub(crate) fn remove_unless_written_since(&self, fence: Fence, key: &K) -> Option<V> {
+        let hash = self.hash(key);
+        self.shard(hash)
+            .remove_unless_written_since(hash, key, fence.0, self.now())
+    }
+
     /// Removes `key`'s entry and detaches its in-flight fill (the owned-key form of
     /// [`remove`](Self::remove) that also makes the next read-through caller start afresh).
     pub fn invalidate(&self, key: &K) -> Option<V> {

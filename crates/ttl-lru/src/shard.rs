@@ -954,7 +954,24 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let mut t = self.table.write();
+        let t = self.table.write();
+        self.remove_with(t, hash, q, cause, now)
+    }
+
+    /// The rest of a removal, under the write lock `t` (released before the listener runs):
+    /// fences the key's earlier fills, removes its entry and reports it.
+    fn remove_with<Q>(
+        &self,
+        mut t: WriteGuard<'_, Table<K, V>>,
+        hash: u64,
+        q: &Q,
+        cause: RemovalCause,
+        now: u64,
+    ) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
         self.bump_fence(&mut t, hash);
         let removed = self.remove_key_locked(&mut t, hash, q);
         drop(t);
@@ -964,6 +981,28 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         };
         self.report(removed, cause, now);
         value
+    }
+
+    /// [`remove_as`](Self::remove_as) (cause `Removed`), unless the key was written since
+    /// `fence` as far as the write log knows (an overflowed log or a clear since: removed).
+    pub(crate) fn remove_unless_written_since<Q>(
+        &self,
+        hash: u64,
+        q: &Q,
+        fence: u64,
+        now: u64,
+    ) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let t = self.table.write();
+        let seq = self.writes.load(Ordering::Relaxed);
+        let remembered = seq.wrapping_sub(fence) <= t.writes.len();
+        if remembered && t.writes.fences(fence, seq, hash) {
+            return None;
+        }
+        self.remove_with(t, hash, q, RemovalCause::Removed, now)
     }
 
     /// Removes everything and fences every fill that started earlier. Returns the number removed.
@@ -2244,6 +2283,29 @@ mod tests {
         let f = s.fence(h(1));
         let out = write_value(&s, 1, NEVER, 1, 0, &cfg(), WriteMode::Fenced(f));
         assert_eq!(out, WriteOutcome::Stored);
+    }
+
+    #[test]
+    fn a_removal_past_a_fence_spares_a_write_made_since() {
+        let s = plain_shard(10, 16, 3);
+        write_value(&s, 1, NEVER, 1, 0, &cfg(), WriteMode::Plain);
+        let f = s.fence(h(1));
+        assert_eq!(
+            s.remove_unless_written_since(h(1), &1, f, 0),
+            Some(1),
+            "older"
+        );
+        let f = s.fence(h(1));
+        write_value(&s, 1, NEVER, 1, 0, &cfg(), WriteMode::Plain);
+        assert_eq!(s.remove_unless_written_since(h(1), &1, f, 0), None);
+        assert!(s.contains(h(1), &1, 0), "written since the fence: kept");
+        // More writes of other keys than the log remembers: removed, conservatively.
+        let f = s.fence(h(1));
+        for k in 0..2_000u64 {
+            s.remove(h(100 + k), &(100 + k));
+        }
+        assert_eq!(s.remove_unless_written_since(h(1), &1, f, 0), Some(1));
+        assert!(!s.contains(h(1), &1, 0));
     }
 
     #[test]

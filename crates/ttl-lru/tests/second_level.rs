@@ -171,6 +171,51 @@ async fn a_fill_that_began_before_an_invalidation_reaches_no_l2_and_no_l1() {
     assert_eq!(read(&a, "k", 3, &calls).await, (2, TierSource::L2));
 }
 
+/// A fill that began before an invalidation ends after a newer fill of the same process
+/// stored the key: its refused L2 write keeps its own value out of L1 and leaves the newer
+/// one there. It used to remove the key from L1 whatever held it, so the process's next read
+/// went to L2 for a value it had.
+#[tokio::test(start_paused = true)]
+async fn a_refused_l2_write_leaves_a_newer_l1_value_alone() {
+    let l2 = MemorySecondLevel::new();
+    let (a, b) = (process(&l2), process(&l2));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let old_fill = {
+        let (b, gate) = (b.clone(), gate.clone());
+        tokio::spawn(async move {
+            b.get_or_try_insert(
+                "k".to_string(),
+                |_| TTL,
+                move || async move {
+                    gate.notified().await;
+                    Ok::<_, String>(1)
+                },
+            )
+            .await
+        })
+    };
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let done = a.invalidate(&"k".to_string()).await.unwrap();
+    assert_eq!((done.receivers, done.acked), (2, 2));
+    // B's next caller starts afresh (the invalidation detached the old fill) and stores 2.
+    assert_eq!(read(&b, "k", 2, &calls).await, (2, TierSource::Filled));
+    gate.notify_one();
+    let got = old_fill.await.unwrap().unwrap();
+    assert_eq!(got.value, 1, "the old fill's callers still get its value");
+    assert_eq!(b.stats().fenced_writes, 1, "its L2 write was refused");
+    assert!(l2.contains(b"k"), "the newer fill's value is in L2");
+    assert_eq!(
+        b.get(&"k".to_string()),
+        Some(2),
+        "the newer fill's value stays in B's L1"
+    );
+    let l2_reads = b.stats().l2_hits + b.stats().l2_misses;
+    assert_eq!(read(&b, "k", 3, &calls).await, (2, TierSource::L1));
+    assert_eq!(b.stats().l2_hits + b.stats().l2_misses, l2_reads);
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_invalidation_drops_every_processs_l1_copy() {
     let l2 = MemorySecondLevel::new();

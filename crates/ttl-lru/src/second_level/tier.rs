@@ -19,7 +19,7 @@ use super::codec::{Codec, CodecError};
 use super::stats::{Counters, TierStats, bump};
 
 mod wake;
-use crate::{Cache, FetchError, Source};
+use crate::{Cache, Fence, FetchError, Source};
 
 /// L2 rejects ttls under its 1 ms resolution.
 const MIN_L2_TTL: Duration = Duration::from_millis(1);
@@ -689,6 +689,9 @@ where
                 return Ok(value);
             }
         };
+        // This process's writes of the key from here on: a refused L2 write below leaves L1 to
+        // a newer one (`fill`).
+        let fence = self.cache.fence(&key);
         // The version first: anything that invalidates the key after this point fences our write.
         let reads = async {
             let version = self.l2_call("version", self.l2.version(&encoded)).await;
@@ -704,7 +707,9 @@ where
                     // Soft timeout: a caller waits; stop waiting for L2 and fill (fail open).
                     bump(&self.counters.l2_soft_timeouts);
                     tracing::warn!(limit = ?soft, "second level slower than the soft timeout; filling without it");
-                    return self.fill(&key, &encoded, None, ttl_fn, origin, &note).await;
+                    return self
+                        .fill(&key, &encoded, fence, None, ttl_fn, origin, &note)
+                        .await;
                 }
             },
         };
@@ -713,7 +718,7 @@ where
         }
         let Some(lease) = &self.lease else {
             return self
-                .fill(&key, &encoded, version, ttl_fn, origin, &note)
+                .fill(&key, &encoded, fence, version, ttl_fn, origin, &note)
                 .await;
         };
         // The lease's closures share the fill's parts and its outcome through these cells
@@ -746,7 +751,7 @@ where
                     None => version,
                 };
                 let result = self
-                    .fill(&key, &encoded, version, ttl_fn, origin, &note)
+                    .fill(&key, &encoded, fence, version, ttl_fn, origin, &note)
                     .await;
                 *outcome.lock() = Some(result);
             }
@@ -784,7 +789,7 @@ where
                 let taken = parts.lock().take();
                 match taken {
                     Some((ttl_fn, origin)) => {
-                        self.fill(&key, &encoded, version, ttl_fn, origin, &note)
+                        self.fill(&key, &encoded, fence, version, ttl_fn, origin, &note)
                             .await
                     }
                     None => unreachable!(
@@ -798,11 +803,16 @@ where
     /// Runs the origin fill, then writes its value (or, with a negative codec for `E`, its
     /// error) to L2 fenced by `version`. A refused write (the key was invalidated since
     /// `version` was read) removes the key from L1, which fences the cache's own write of this
-    /// flight's outcome.
+    /// flight's outcome, unless this process wrote the key since `fence` (taken as the leader
+    /// began): that write already fenced this flight, and what it stored is newer (a flight
+    /// started after the invalidation reached this process, a local insert). Removing it
+    /// cost one more L2 read or fill.
+    #[allow(clippy::too_many_arguments)]
     async fn fill<E, T, Fut>(
         &self,
         key: &K,
         encoded: &[u8],
+        fence: Fence,
         version: Option<Version>,
         ttl_fn: T,
         origin: Fut,
@@ -866,7 +876,7 @@ where
                 bump(&self.counters.fenced_writes);
                 // Invalidated in the fleet since this fill began, or (an error) another
                 // process stored a value: keep it out of L1 too, so the next read goes to L2.
-                self.cache.remove(key);
+                self.cache.remove_unless_written_since(fence, key);
             }
             None => {}
         }
