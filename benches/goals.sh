@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The speed cells of issue 17's goals, side by side: ttl-lru's default, its adaptive policy and
-# quick_cache, each cell run by `hitprobe` (one store per process) for ROUNDS interleaved rounds,
+# The speed cells of issue 17's goals, side by side: ttl-lru's default (the adaptive policy since
+# issue 17), its sampled LRU (`Admission::Always`, the default before) and quick_cache, each cell run by `hitprobe` (one store per process) for ROUNDS interleaved rounds,
 # printed as a markdown table of minimum (median) ns per operation and each store's minimum
 # over quick_cache's. This VM's timings swing 2-3x between minutes, which is why the stores take
 # turns within every round and the table quotes ratios (docs/benchmarks.md, "Speed against
@@ -12,7 +12,7 @@ set -euo pipefail
 rounds=${1:-6}
 cargo build --release -q -p benches --bin hitprobe
 probe=target/release/hitprobe
-stores=(ttl-lru ttl-lru-adaptive quick_cache)
+stores=(ttl-lru ttl-lru-lru quick_cache)
 # cell name, then hitprobe's entries, ops and mode
 cells=(
     "get-hit, 10K entries|10000 3000000 get"
@@ -35,7 +35,7 @@ for ((r = 1; r <= rounds; r++)); do
     echo "round $r of $rounds done" >&2
 done
 
-echo "| | ttl-lru (default) | ttl-lru adaptive | quick_cache | default / quick_cache | adaptive / quick_cache |"
+echo "| | ttl-lru (default, adaptive) | ttl-lru sampled LRU | quick_cache | default / quick_cache | sampled LRU / quick_cache |"
 echo "|---|---:|---:|---:|---:|---:|"
 for i in "${!cells[@]}"; do
     awk -v cell="$i" -v name="${cells[$i]%%|*}" '
@@ -46,10 +46,10 @@ for i in "${!cells[@]}"; do
             min[s] = a[1]; med[s] = a[int((n + 1) / 2)]
         }
         END {
-            stat("ttl-lru"); stat("ttl-lru-adaptive"); stat("quick_cache")
+            stat("ttl-lru"); stat("ttl-lru-lru"); stat("quick_cache")
             printf "| %s | %s (%s) | %s (%s) | %s (%s) | %.2f | %.2f |\n", name,
-                min["ttl-lru"], med["ttl-lru"], min["ttl-lru-adaptive"], med["ttl-lru-adaptive"],
+                min["ttl-lru"], med["ttl-lru"], min["ttl-lru-lru"], med["ttl-lru-lru"],
                 min["quick_cache"], med["quick_cache"],
-                min["ttl-lru"] / min["quick_cache"], min["ttl-lru-adaptive"] / min["quick_cache"]
+                min["ttl-lru"] / min["quick_cache"], min["ttl-lru-lru"] / min["quick_cache"]
         }' "$results"
 done

@@ -12,10 +12,13 @@
 //! is the small, single-store program to put under `perf record`, `valgrind --tool=cachegrind`
 //! or a loop of interleaved runs when comparing two builds of one store (docs/benchmarks.md).
 //!
-//! `cargo run --release -p benches --bin hitprobe -- <ttl-lru|ttl-lru-tinylfu|ttl-lru-adaptive|quick_cache|floor> [entries] [ops] [get|insert|zipf|fill]`
+//! `cargo run --release -p benches --bin hitprobe -- <ttl-lru|ttl-lru-lru|ttl-lru-tinylfu|ttl-lru-adaptive|quick_cache|floor> [entries] [ops] [get|insert|zipf|fill]`
 //!
-//! `ttl-lru:SAMPLES:POOL` builds ttl-lru with other eviction settings (`ttl-lru:5:0`: 5 samples,
-//! no candidate pool), to measure what the defaults cost on inserts at capacity;
+//! `ttl-lru` is the store with every default (the adaptive policy since issue 17, as
+//! `ttl-lru-adaptive`); `ttl-lru-lru` is sampled LRU (`Admission::Always`, the default before).
+//! `ttl-lru-lru:SAMPLES:POOL` builds sampled LRU with other eviction settings
+//! (`ttl-lru-lru:5:0`: 5 samples, no candidate pool; `ttl-lru:S:P` in docs/benchmarks.md before
+//! issue 17's default changed), to measure what they cost on inserts at capacity;
 //! `ttl-lru-adaptive:SAMPLES:POOL` the same with the adaptive policy.
 
 use benches::stores::{QuickCache, ShardedFloor, Store, TtlLruStore};
@@ -43,6 +46,10 @@ fn main() {
     };
     let store: Box<dyn Store> = match args.first().map(String::as_str) {
         Some("ttl-lru") => Box::new(TtlLruStore::new(entries)),
+        Some("ttl-lru-lru") => Box::new(TtlLruStore::with_admission(
+            entries,
+            ttl_lru::Admission::Always,
+        )),
         Some("ttl-lru-tinylfu") => Box::new(TtlLruStore::with_admission(
             entries,
             ttl_lru::Admission::TinyLfu,
@@ -51,12 +58,12 @@ fn main() {
             entries,
             ttl_lru::Admission::Adaptive,
         )),
-        Some(spec) if spec.starts_with("ttl-lru:") || spec.starts_with("ttl-lru-adaptive:") => {
+        Some(spec) if spec.starts_with("ttl-lru-lru:") || spec.starts_with("ttl-lru-adaptive:") => {
             let (prefix, rest) = spec.split_once(':').unwrap_or((spec, ""));
             let mut parts = rest.split(':').map(str::parse::<usize>);
             match (parts.next(), parts.next(), parts.next()) {
                 (Some(Ok(samples)), Some(Ok(pool)), None) if samples > 0 => {
-                    if prefix == "ttl-lru" {
+                    if prefix == "ttl-lru-lru" {
                         Box::new(TtlLruStore::with_eviction(entries, samples, pool))
                     } else {
                         Box::new(TtlLruStore::with_admission_eviction(
@@ -122,7 +129,7 @@ fn main() {
 fn usage(problem: &str) {
     eprintln!("hitprobe: {problem}");
     eprintln!(
-        "usage: hitprobe <ttl-lru|ttl-lru-tinylfu|ttl-lru-adaptive|ttl-lru:SAMPLES:POOL|quick_cache|floor> [entries=100000] [ops=2000000] [get|insert|zipf|fill]"
+        "usage: hitprobe <ttl-lru|ttl-lru-lru|ttl-lru-tinylfu|ttl-lru-adaptive|ttl-lru-lru:SAMPLES:POOL|ttl-lru-adaptive:SAMPLES:POOL|quick_cache|floor> [entries=100000] [ops=2000000] [get|insert|zipf|fill]"
     );
     std::process::exit(2);
 }

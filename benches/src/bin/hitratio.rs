@@ -161,13 +161,14 @@ fn contenders(opts: &Options) -> Vec<Contender> {
             list.push(ttl_lru_contender(config));
         }
     }
-    let default = TtlLruConfig {
+    // Sampled LRU as the store runs it (the default policy until issue 17).
+    let lru = TtlLruConfig {
         samples: ttl_lru::DEFAULT_SAMPLES,
         pool: true,
         admission: Admission::Always,
         shards: 8,
     };
-    list.push(ttl_lru_contender(default));
+    list.push(ttl_lru_contender(lru));
     for admission in [Admission::TinyLfu, Admission::Adaptive] {
         // Each policy with its own default sample count (the adaptive one samples fewer).
         let samples = if admission == Admission::Adaptive {
@@ -179,12 +180,12 @@ fn contenders(opts: &Options) -> Vec<Contender> {
             admission,
             samples,
             shards: 1,
-            ..default
+            ..lru
         }));
         list.push(ttl_lru_contender(TtlLruConfig {
             admission,
             samples,
-            ..default
+            ..lru
         }));
     }
     // The lab's model of the adaptive policy as the store runs it (`policylab --cand

@@ -3,8 +3,9 @@
 //! binary answers the question on a many-core machine (issue 17).
 //!
 //! `cargo run --release -p benches --bin scaling -- [--threads N] [--capacity C] [--keys K]
-//! [--millis MS] [--stores ttl-lru,quick_cache,moka,floor]` (`ttl-lru-adaptive`, ttl-lru with
-//! `Admission::Adaptive`, may be named too)
+//! [--millis MS] [--stores ttl-lru,quick_cache,moka,floor]` (`ttl-lru` has every default, the
+//! adaptive policy since issue 17; `ttl-lru-lru`, sampled LRU, and `ttl-lru-adaptive`, the
+//! default's policy named, may be named too)
 //!
 //! Thread counts run are 1, 2, 4, ... up to `--threads` (default: the machine's available
 //! parallelism), and `--threads` itself. The store is filled with the `capacity` most popular
@@ -75,6 +76,10 @@ fn parse() -> Result<Options, String> {
 fn build(name: &str, capacity: usize) -> Option<Box<dyn Store>> {
     Some(match name {
         "ttl-lru" => Box::new(TtlLruStore::new(capacity)),
+        "ttl-lru-lru" => Box::new(TtlLruStore::with_admission(
+            capacity,
+            ttl_lru::Admission::Always,
+        )),
         "ttl-lru-adaptive" => Box::new(TtlLruStore::with_admission(
             capacity,
             ttl_lru::Admission::Adaptive,

@@ -29,7 +29,14 @@ pub(crate) struct HitForPass {
 
 impl HitForPass {
     pub(crate) fn new(ttl: Duration, clock: Clock) -> Self {
-        let marks = (!ttl.is_zero()).then(|| ttl_lru::Cache::new(CAPACITY));
+        // Sampled LRU, not the store's default adaptive policy: that one may decline a new
+        // mark while the table is full, and an unmarked URL serializes its requests behind
+        // fills again. The newest mark is the one that matters here.
+        let marks = (!ttl.is_zero()).then(|| {
+            ttl_lru::Cache::builder(CAPACITY)
+                .admission(ttl_lru::Admission::Always)
+                .build()
+        });
         HitForPass { marks, ttl, clock }
     }
 
@@ -53,6 +60,29 @@ impl HitForPass {
     pub(crate) fn clear(&self, key: &CacheKey) {
         if let Some(marks) = &self.marks {
             marks.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full table still takes a new mark (and evicts an old one): under a policy that may
+    /// decline a newcomer (the store's default) a hot URL's first mark could be lost, and its
+    /// requests serialized behind fills again.
+    #[test]
+    fn a_full_table_takes_every_new_mark() {
+        let clock = Clock::manual(SystemTime::UNIX_EPOCH);
+        let marks = HitForPass::new(Duration::from_secs(60), clock);
+        let key = |i: u64| CacheKey::from(format!("GET http://h/{i}"));
+        for i in 0..CAPACITY {
+            marks.mark(&key(i));
+            marks.is_marked(&key(i)); // each old mark asked about: more frequent than a newcomer
+        }
+        for i in CAPACITY..CAPACITY + 64 {
+            marks.mark(&key(i));
+            assert!(marks.is_marked(&key(i)), "mark {i} was not kept");
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The opt-in adaptive policy (`Admission::Adaptive`, issue 17): a sampled W-TinyLFU whose
+//! The adaptive policy (`Admission::Adaptive`, the default since issue 17): a sampled W-TinyLFU whose
 //! window share is chosen by miniature simulations (`minisim.rs`), with a sampled SLRU main
 //! space. Modelled first in `benches/src/adaptive.rs` (`Config::minisim()`, the first candidate
 //! that meets every cell of the hit-ratio tables); this file holds its per-shard state and its

@@ -15,7 +15,8 @@ use crate::stats::CachePadded;
 use crate::table::Columns;
 use crate::tally::Tally;
 
-/// Default number of samples per eviction, measured with `benches --bin hitratio`
+/// Samples per eviction of sampled LRU ([`Admission::Always`]; the name is from when that was
+/// the default policy), measured with `benches --bin hitratio`
 /// (docs/benchmarks.md) against exact LRU on the ARC traces and zipf 0.8/1.0/1.2, with the
 /// candidate pool on and 8 shards: k=10 stays within 0.3 hit-ratio points of exact LRU on every
 /// trace and size (worst P2 +0.26, OLTP at 15K -0.12); k=8 missed by 0.0005 on P2 (+0.3005,
@@ -25,14 +26,16 @@ use crate::tally::Tally;
 /// k=10 lands up to 0.25 points further from LRU than independent draws would; with it, no
 /// figure moved by more than 0.02.)
 pub const DEFAULT_SAMPLES: usize = 10;
-/// Default size of the per-shard eviction candidate pool (Redis's `EVPOOL_SIZE`).
+/// Size of sampled LRU's per-shard eviction candidate pool (Redis's `EVPOOL_SIZE`;
+/// [`Admission::Always`]).
 pub const DEFAULT_POOL_SIZE: usize = 16;
-/// [`DEFAULT_SAMPLES`] for [`Admission::Adaptive`]: its pools rank by recency and its duels
+/// Samples per eviction of the default policy, [`Admission::Adaptive`]: its pools rank by recency and its duels
 /// by frequency, and it meets every cell of the hit-ratio tables with fewer samples and a
 /// smaller pool (which refreshes its candidates more often) at a fifth less work per insert
 /// (docs/benchmarks.md, "Session 11").
 pub const ADAPTIVE_SAMPLES: usize = 6;
-/// [`DEFAULT_POOL_SIZE`] for [`Admission::Adaptive`] (per region: main and window each).
+/// Candidate pool size of the default policy, [`Admission::Adaptive`] (per region: main and
+/// window each).
 pub const ADAPTIVE_POOL_SIZE: usize = 8;
 /// Default [`recency_resolution`](CacheBuilder::recency_resolution): a hit records its time
 /// only if the entry's recorded access is at least this old. Redis keeps a 1 s LRU clock and
@@ -116,7 +119,7 @@ where
             weigher: None,
             clock: None,
             seed: None,
-            admission: Admission::Always,
+            admission: Admission::Adaptive,
             listener: None,
             time_to_idle: None,
             idle_by: None,
@@ -295,7 +298,8 @@ where
         self
     }
 
-    /// Opt-in frequency-aware admission (see [`Admission`]). Default [`Admission::Always`].
+    /// The eviction and admission policy (see [`Admission`]). Default [`Admission::Adaptive`];
+    /// [`Admission::Always`] for sampled LRU, which never declines an insert.
     pub fn admission(mut self, admission: Admission) -> Self {
         self.admission = admission;
         self
@@ -455,7 +459,7 @@ mod tests {
             (cache.inner.cfg.samples, shard.pool_sizes_for_test())
         };
         assert_eq!(
-            settings(crate::Cache::builder(1000)),
+            settings(crate::Cache::builder(1000).admission(Admission::Always)),
             (DEFAULT_SAMPLES, (DEFAULT_POOL_SIZE, None))
         );
         let adaptive = || crate::Cache::builder(1000).admission(Admission::Adaptive);
@@ -465,6 +469,11 @@ mod tests {
                 ADAPTIVE_SAMPLES,
                 (ADAPTIVE_POOL_SIZE, Some(ADAPTIVE_POOL_SIZE))
             )
+        );
+        assert_eq!(
+            settings(crate::Cache::builder(1000)),
+            settings(adaptive()),
+            "the default policy is the adaptive one"
         );
         assert_eq!(
             settings(adaptive().samples(3).eviction_pool_size(5)),

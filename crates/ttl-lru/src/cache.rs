@@ -171,11 +171,16 @@ where
     }
 
     /// Stores `value` under `key` for `ttl` (`Duration::MAX`: never expires), replacing any entry.
-    /// Evicts (sampled LRU, expired entries first) so the capacity holds when this returns.
+    /// Evicts (by the cache's [`Admission`](crate::Admission) policy, expired entries first) so
+    /// the capacity holds when this returns.
     ///
     /// Returns `Ok(true)` if stored, `Ok(false)` if not: a TTL of zero with no stale window (the
-    /// entry would be born expired; an old entry for the key is removed), or the admission filter
-    /// kept the existing entries. A direct insert also fences in-flight fills of this key that
+    /// entry would be born expired; an old entry for the key is removed), or the admission
+    /// policy kept the existing entries (the default, [`Admission::Adaptive`](crate::Admission),
+    /// may decline a new key in a full cache while it is less frequent than what it would
+    /// evict; the key's next insert or fill counts toward it; never a replacement of a stored
+    /// key; counted in [`Stats::rejections`](crate::Stats), not reported to the eviction
+    /// listener, since it was never stored). A direct insert also fences in-flight fills of this key that
     /// started before it, so they cannot overwrite it with an older value.
     ///
     /// # Errors
@@ -782,11 +787,13 @@ mod tests {
                 "weighted: room {cap} for {len}"
             );
         }
-        for k in 0..2000 {
-            c.insert(k, k, Duration::MAX).unwrap();
-        }
+        // The arrays still take new entries (the default policy may decline some of these: a
+        // newcomer stored is what shows the room).
+        let stored = (0..2000)
+            .filter(|&k| c.insert(k, k, Duration::MAX).unwrap())
+            .count();
         assert_eq!(c.len(), 1000);
-        assert!(c.get(&1999).is_some());
+        assert!(stored > 0);
     }
 
     #[test]

@@ -52,6 +52,14 @@
 //!   a few cache lines instead of `k` misses), keeps a Redis-style pool of the best candidates
 //!   across evictions, takes an already-expired sample at once, and puts a new key's value in its
 //!   victim's place. O(k) at any size; nothing on the insert path walks the map.
+//! - **Policy.** The default, [`Admission::Adaptive`], is a sampled W-TinyLFU: a window admits
+//!   by recency, a frequency duel guards the main space, and three miniature simulations over a
+//!   hash sample of the keys choose the window's share (recency for a hot set that moves,
+//!   frequency for a loop, a scan or a stable core). It stays within 0.5 hit-ratio point of
+//!   the best of exact LRU, quick_cache and moka on every trace measured (docs/benchmarks.md).
+//!   At capacity it may decline a new key less frequent than what it would evict (`insert`
+//!   returns `Ok(false)`), as moka and Caffeine do; [`Admission::Always`] is plain sampled
+//!   LRU, which never declines.
 //! - **Capacity** is one budget for the whole cache, not a share per shard: a cache of capacity
 //!   N holds N entries (or N units of weight, one entry up to all of it) however its keys hash,
 //!   at build time and after any [`Cache::set_capacity`], and the bound holds after every

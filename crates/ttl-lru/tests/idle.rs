@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ttl_lru::{Cache, ManualClock, RemovalCause, Source};
+use ttl_lru::{Admission, Cache, ManualClock, RemovalCause, Source};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -346,12 +346,19 @@ fn idle_times_follow_their_keys_through_removals_and_evictions() {
 
 #[test]
 fn per_entry_idle_values_are_purged_and_reported_as_expired() {
+    for admission in [Admission::Always, Admission::Adaptive] {
+        idle_values_purged_and_reported(admission);
+    }
+}
+
+fn idle_values_purged_and_reported(admission: Admission) {
     let clock = ManualClock::new();
     let log = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&log);
     let c: Cache<u64, u64> = Cache::builder(16)
         .shards(1)
         .seed(3)
+        .admission(admission)
         .clock(clock.clone())
         .recency_resolution(Duration::ZERO)
         .eviction_listener(move |k, _, cause| sink.lock().unwrap().push((k, cause)))
@@ -381,14 +388,16 @@ fn per_entry_idle_values_are_purged_and_reported_as_expired() {
     for k in 4..12 {
         c.get(&k);
     }
-    // 12 stored of 16: the first 4 new keys fit, the next 4 each evict one.
-    for k in 30..38 {
-        c.insert(k, k, Duration::MAX).unwrap();
-    }
+    // 12 stored of 16: the first 4 new keys fit, the next 4 each evict one (the adaptive
+    // policy may decline one of them instead).
+    let stored = (30..38)
+        .filter(|&k| c.insert(k, k, Duration::MAX).unwrap())
+        .count();
+    assert!(stored == 8 || (admission == Admission::Adaptive && stored >= 6));
     // Idle values rank as dead, so the sampled victims are mostly (here: with this seed,
     // all but at most one) the idle ones; each victim is reported by what it was.
     let gone = log.lock().unwrap().clone();
-    assert_eq!(gone.len(), 4);
+    assert_eq!(gone.len(), stored - 4, "{admission:?}");
     for &(k, cause) in &gone {
         let want = if (20..24).contains(&k) {
             RemovalCause::Expired
@@ -398,7 +407,7 @@ fn per_entry_idle_values_are_purged_and_reported_as_expired() {
         assert_eq!(cause, want, "victim {k}");
     }
     let idle_victims = gone.iter().filter(|(k, _)| (20..24).contains(k)).count();
-    assert!(idle_victims >= 3, "{gone:?}");
+    assert!(idle_victims + 1 >= gone.len(), "{admission:?}: {gone:?}");
 }
 
 #[tokio::test]

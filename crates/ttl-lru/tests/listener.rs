@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ttl_lru::{Cache, CacheBuilder, ManualClock, RemovalCause};
+use ttl_lru::{Admission, Cache, CacheBuilder, ManualClock, RemovalCause};
 
 type Log = Arc<Mutex<Vec<(u64, u64, RemovalCause)>>>;
 
@@ -27,11 +27,49 @@ fn take(log: &Log) -> Vec<(u64, u64, RemovalCause)> {
     events
 }
 
+/// A value the admission policy declines (`Ok(false)`) was never stored: the listener is not
+/// told of it (the caller was), and what it would have evicted stays.
+#[test]
+fn a_declined_insert_is_not_reported() {
+    let (c, log) = logged(Cache::builder(100).shards(1).seed(5));
+    for k in 0..100 {
+        assert_eq!(c.insert(k, k, Duration::MAX), Ok(true));
+        // Each resident key is read a few times: more frequent than any newcomer.
+        for _ in 0..3 {
+            c.get(&k);
+        }
+    }
+    let mut declined = Vec::new();
+    let mut evicted = 0;
+    for k in 1_000..1_200 {
+        match c.insert(k, k, Duration::MAX) {
+            Ok(true) => evicted += 1,
+            Ok(false) => declined.push(k),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(!declined.is_empty(), "the default policy declined nothing");
+    let events = take(&log);
+    assert_eq!(events.len(), evicted, "one eviction per newcomer stored");
+    assert!(
+        events.iter().all(|e| !declined.contains(&e.0)),
+        "{events:?}"
+    );
+    assert_eq!(c.stats().rejections, declined.len() as u64);
+    assert_eq!(c.len(), 100);
+}
+
 #[test]
 fn each_cause_is_reported_with_key_and_value() {
     use RemovalCause::*;
     let clock = ManualClock::new();
-    let (c, log) = logged(Cache::builder(3).shards(1).clock(clock.clone()));
+    // Sampled LRU, whose victims this test names (the default adaptive policy: below).
+    let (c, log) = logged(
+        Cache::builder(3)
+            .shards(1)
+            .clock(clock.clone())
+            .admission(Admission::Always),
+    );
     c.insert(1, 10, Duration::MAX).unwrap();
     c.insert(1, 11, Duration::MAX).unwrap();
     assert_eq!(take(&log), vec![(1, 10, Replaced)]);

@@ -366,11 +366,13 @@ fn stats_are_exact_across_threads() {
     });
     let s = c.stats();
     let ops = threads * per_thread;
-    assert_eq!(s.inserts, ops);
+    // Every insert of a new key is stored or declined by the admission policy (the default's
+    // may decline one at capacity); each stored one is later evicted, or is still there.
+    assert_eq!(s.inserts + s.rejections, ops);
     assert_eq!(s.lookups, 2 * ops);
     assert_eq!(s.hits + s.misses, 2 * ops);
     assert!(s.misses >= ops, "every lookup of an absent key misses");
-    assert_eq!(s.evictions + s.expirations + s.size, ops);
+    assert_eq!(s.evictions + s.expirations + s.size, s.inserts);
     assert!(s.size <= 1_000);
 }
 
@@ -403,6 +405,7 @@ fn expired_samples_are_evicted_before_live_ones() {
 
 #[test]
 fn sampled_eviction_keeps_recently_used_entries() {
+    // Sampled LRU (`Admission::Always`; the adaptive policy's own tests are in its modules).
     // Touch the first half after inserting everything; then overflow. Most survivors must be from
     // the touched half.
     let clock = ManualClock::new();
@@ -410,6 +413,7 @@ fn sampled_eviction_keeps_recently_used_entries() {
         .shards(1)
         .clock(clock.clone())
         .seed(9)
+        .admission(Admission::Always)
         .build();
     for k in 0..1000 {
         clock.advance_ms(1);
@@ -435,17 +439,22 @@ fn sampled_eviction_keeps_recently_used_entries() {
 /// is the last one written for its key, removed keys are gone.
 #[test]
 fn capacity_model_check_over_random_ops() {
-    for (seed, shards, capacity, pool) in [
-        (1u64, 1, 64, true),
-        (2, 4, 200, true),
-        (3, 2, 50, false),
-        (4, 8, 1000, true),
+    for (seed, shards, capacity, pool, admission) in [
+        (1u64, 1, 64, true, Admission::Always),
+        (2, 4, 200, true, Admission::Always),
+        (3, 2, 50, false, Admission::Always),
+        (4, 8, 1000, true, Admission::Always),
+        (5, 1, 64, true, Admission::Adaptive),
+        (6, 4, 200, true, Admission::Adaptive),
+        (7, 2, 50, false, Admission::Adaptive),
+        (8, 8, 1000, true, Admission::Adaptive),
     ] {
         let clock = ManualClock::new();
         let c: Cache<u64, u64> = Cache::builder(capacity)
             .shards(shards)
             .seed(seed)
             .eviction_pool(pool)
+            .admission(admission)
             .clock(clock.clone())
             .build();
         let mut model: HashMap<u64, (u64, u64)> = HashMap::new(); // key -> (value, expires_at)
@@ -472,8 +481,18 @@ fn capacity_model_check_over_random_ops() {
                     } else {
                         Duration::from_millis(ttl)
                     };
-                    assert_eq!(c.insert(key, step, d), Ok(true));
-                    model.insert(key, (step, now.saturating_add(ttl)));
+                    match c.insert(key, step, d) {
+                        Ok(true) => {
+                            model.insert(key, (step, now.saturating_add(ttl)));
+                        }
+                        // Declined (the adaptive policy, at capacity): never over a value of
+                        // the key, which would then be served in place of the newer one.
+                        Ok(false) if admission == Admission::Adaptive => {
+                            assert!(!c.contains_key(&key), "declined over a stored value");
+                            model.remove(&key);
+                        }
+                        other => panic!("insert of {key} at step {step}: {other:?}"),
+                    }
                 }
                 4..=7 => {
                     if let Some(v) = c.get(&key) {
@@ -585,10 +604,20 @@ fn tinylfu_admission_protects_frequent_keys_from_a_scan() {
 /// 0: a 16-shard cache set to 4 refused 11 of 16 inserts and held 2 entries).
 #[test]
 fn a_cache_of_capacity_n_holds_n_entries_at_build_time_and_after_any_resize() {
+    for admission in [Admission::Always, Admission::Adaptive] {
+        holds_n_entries(admission);
+    }
+}
+
+fn holds_n_entries(admission: Admission) {
     for (capacity, shards) in [(1000u64, 16usize), (200, 3), (64, 1), (4096, 64)] {
-        let c: Cache<u64, u64> = Cache::builder(capacity).shards(shards).seed(3).build();
+        let c: Cache<u64, u64> = Cache::builder(capacity)
+            .shards(shards)
+            .seed(3)
+            .admission(admission)
+            .build();
         for k in 0..capacity {
-            assert_eq!(c.insert(k, k, FOREVER), Ok(true));
+            assert_eq!(c.insert(k, k, FOREVER), Ok(true), "{admission:?}");
         }
         assert_eq!(c.len() as u64, capacity, "{capacity} over {shards} shards");
         assert_eq!(
@@ -597,12 +626,21 @@ fn a_cache_of_capacity_n_holds_n_entries_at_build_time_and_after_any_resize() {
             "nothing evicted before the cache was full"
         );
         for k in capacity..3 * capacity {
-            assert_eq!(c.insert(k, k, FOREVER), Ok(true));
+            // At capacity the adaptive policy may decline a newcomer (`Ok(false)`).
+            let stored = c.insert(k, k, FOREVER);
+            assert!(
+                stored == Ok(true) || (stored == Ok(false) && admission == Admission::Adaptive),
+                "{admission:?}: {stored:?}"
+            );
             assert!(c.len() as u64 <= capacity);
         }
         assert_eq!(c.len() as u64, capacity);
     }
-    let c: Cache<u64, u64> = Cache::builder(1024).shards(16).seed(3).build();
+    let c: Cache<u64, u64> = Cache::builder(1024)
+        .shards(16)
+        .seed(3)
+        .admission(admission)
+        .build();
     let mut next = 0u64;
     for capacity in [4u64, 1, 7, 100, 3, 1000, 0, 2] {
         c.set_capacity(capacity);
@@ -623,16 +661,33 @@ fn a_cache_of_capacity_n_holds_n_entries_at_build_time_and_after_any_resize() {
 /// used to be `capacity / shards`).
 #[test]
 fn an_entry_may_weigh_the_whole_capacity_in_a_sharded_cache() {
-    let c: Cache<u64, Vec<u8>> = Cache::builder(256)
-        .shards(4)
-        .weigher(|_, v: &Vec<u8>| v.len() as u64)
-        .build();
-    assert_eq!(c.insert(1, vec![0; 200], FOREVER), Ok(true));
-    assert_eq!(c.insert(2, vec![0; 56], FOREVER), Ok(true));
-    assert_eq!(c.weight(), 256);
-    assert_eq!(c.insert(3, vec![0; 256], FOREVER), Ok(true));
-    assert_eq!((c.len(), c.weight()), (1, 256));
-    assert!(c.insert(4, vec![0; 257], FOREVER).is_err());
+    for (admission, seed) in [
+        (Admission::Always, 1),
+        (Admission::Adaptive, 1),
+        (Admission::Adaptive, 2),
+    ] {
+        let c: Cache<u64, Vec<u8>> = Cache::builder(256)
+            .shards(4)
+            .seed(seed)
+            .admission(admission)
+            .weigher(|_, v: &Vec<u8>| v.len() as u64)
+            .build();
+        assert_eq!(c.insert(1, vec![0; 200], FOREVER), Ok(true));
+        assert_eq!(c.insert(2, vec![0; 56], FOREVER), Ok(true));
+        assert_eq!(c.weight(), 256);
+        // Never too heavy. The adaptive policy may decline it while the key is less frequent
+        // than the entries it would evict; each try counts in the sketch of misses.
+        let mut tries = 1;
+        loop {
+            match c.insert(3, vec![0; 256], FOREVER) {
+                Ok(true) => break,
+                Ok(false) if admission == Admission::Adaptive && tries < 4 => tries += 1,
+                other => panic!("{admission:?}, try {tries}: {other:?}"),
+            }
+        }
+        assert_eq!((c.len(), c.weight()), (1, 256), "{admission:?}");
+        assert!(c.insert(4, vec![0; 257], FOREVER).is_err());
+    }
 }
 
 /// The shared budget stays exact under concurrent inserts, replacements, removes and resizes:
