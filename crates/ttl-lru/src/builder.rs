@@ -145,8 +145,9 @@ where
     /// [`recency_resolution`](Self::recency_resolution) (default 200 ms), so an entry read
     /// steadily may expire up to one resolution before `idle` has passed since its last read:
     /// set the resolution well below `idle` (`Duration::ZERO` records every millisecond). Idle
-    /// entries are removed by [`Cache::purge_expired`] or, ranking as the least recently used,
-    /// by eviction (the eviction listener reports them as [`RemovalCause::Expired`]).
+    /// entries are removed by [`Cache::purge_expired`] or by eviction, which takes an idle
+    /// entry it samples before any live one (the eviction listener reports them as
+    /// [`RemovalCause::Expired`]).
     /// `Duration::ZERO` makes every entry idle at once: nothing is served. An entry may have
     /// its own, shorter or longer: [`Cache::insert_with_idle`], [`time_to_idle_by`](Self::time_to_idle_by).
     ///
@@ -200,7 +201,8 @@ where
     }
 
     /// Entries sampled per eviction (at least 1): a window of adjacent entries from a random
-    /// start. Default [`DEFAULT_SAMPLES`] ([`ADAPTIVE_SAMPLES`] with [`Admission::Adaptive`]).
+    /// start. Default: the policy's own, [`ADAPTIVE_SAMPLES`] for the default
+    /// [`Admission::Adaptive`], [`DEFAULT_SAMPLES`] for the others.
     pub fn samples(mut self, k: usize) -> Self {
         self.samples = Some(k.max(1));
         self
@@ -215,9 +217,10 @@ where
         self
     }
 
-    /// Keep a Redis-style pool of the best eviction candidates across evictions (default on,
-    /// [`DEFAULT_POOL_SIZE`] entries per shard, [`ADAPTIVE_POOL_SIZE`] with
-    /// [`Admission::Adaptive`]). Off: each eviction picks the best of its samples.
+    /// Keep a Redis-style pool of the best eviction candidates across evictions (default on:
+    /// [`ADAPTIVE_POOL_SIZE`] entries per region of a shard with the default
+    /// [`Admission::Adaptive`], [`DEFAULT_POOL_SIZE`] per shard with the others). Off: each
+    /// eviction picks the best of its samples.
     pub fn eviction_pool(mut self, enabled: bool) -> Self {
         self.pool_size = if enabled { None } else { Some(0) };
         self

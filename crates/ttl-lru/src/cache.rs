@@ -22,7 +22,8 @@ pub(crate) type Weigher<K, V> = Arc<dyn Fn(&K, &V) -> u64 + Send + Sync>;
 /// [`CacheBuilder::time_to_idle_by`](crate::CacheBuilder::time_to_idle_by)'s function.
 pub(crate) type IdleBy<K, V> = Arc<dyn Fn(&K, &V) -> Option<Duration> + Send + Sync>;
 
-/// A bounded, sharded TTL cache with sampled-LRU eviction and coalesced read-through.
+/// A bounded, sharded TTL cache with sampled eviction (the adaptive policy by default, sampled
+/// LRU on request: [`Admission`](crate::Admission)) and coalesced read-through.
 ///
 /// Cheap to clone (an `Arc` inside); clones share the same store. See the [crate docs](crate).
 pub struct Cache<K, V> {

@@ -15,7 +15,8 @@
 //! older than a write of its key stored). `len` is the shard's share of the capacity rounded
 //! up to a power of two, between 64 and 1,024 (8 bytes each): at 1M writes a second over 8
 //! shards, a fill shorter than about 8 ms is fenced exactly. Two keys with equal 64-bit hashes
-//! fence each other (also the safe direction).
+//! fence each other (also the safe direction; in `Cache::remove_unless_written_since` such a
+//! collision spares an entry that should have gone, with odds of about 2^-64).
 
 /// Fewest and most write records a shard keeps.
 const MIN_LOG: usize = 64;

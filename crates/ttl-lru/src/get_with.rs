@@ -82,7 +82,8 @@ where
             (Err(_), Some(fill)) => {
                 let fence = self.fence(&key);
                 let value = fill().await;
-                // Too heavy to store, or fenced out: the value is still this caller's answer.
+                // Too heavy to store, declined by the policy, or fenced out: the value is still
+                // this caller's answer.
                 let _ = self.insert_fenced(fence, key, value.clone(), ttl);
                 value
             }

@@ -110,7 +110,10 @@ where
     V: Clone + Send + Sync + 'static,
 {
     /// Returns the cached value, or runs `fill` once for all concurrent callers of `key` and caches
-    /// its value for `ttl_fn(&value)` (or its error for `negative_ttl`).
+    /// its value for `ttl_fn(&value)` (or its error for `negative_ttl`). In a full cache the
+    /// default policy may decline a new key's value (less frequent than what it would evict;
+    /// counted in `Stats::rejections`): every caller still gets it, and the key's next miss
+    /// fills again, counting toward its admission.
     ///
     /// The fill runs in this caller's task; `fill` is called only if this caller leads. A stale
     /// value inside the stale-while-revalidate window is returned at once as [`Source::Stale`] while
@@ -134,7 +137,8 @@ where
     /// # Errors
     /// [`FetchError::Failed`] (this fill's error, the joined fill's, or a cached one),
     /// [`FetchError::WaitTimedOut`] (waited past `wait_timeout`), [`FetchError::Abandoned`],
-    /// [`FetchError::ErrorTypeMismatch`]. A value too heavy to store is still returned.
+    /// [`FetchError::ErrorTypeMismatch`]. A value too heavy to store, or declined by the policy,
+    /// is still returned.
     pub async fn get_or_try_insert<E, T, F, Fut>(
         &self,
         key: K,

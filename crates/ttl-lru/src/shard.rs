@@ -744,8 +744,10 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 return Ok(Write::Done(WriteOutcome::Stored));
             }
             // A value replacing a cached error or the other way round: the old entry leaves
-            // its array once room is made (so a declined write keeps it), and the new one is
-            // inserted like a new key.
+            // its array once room is made (so a write that finds no room keeps it), and the
+            // new one is inserted like a new key, but never declined: a newer write of a key
+            // the cache holds (a fill's value over its cached error) must not leave the old
+            // answer served.
             (existing, stored) => (existing, stored),
         };
         // Room for the new entry, counting the old one (if any) as already gone. A full cache
@@ -776,7 +778,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         }
         while credit < need || t.len() - old_len >= MAX_ENTRIES {
             let picked = if t.adaptive.is_some() {
-                match t.adaptive_pick(now, cfg, keep, evicted.is_empty().then_some(count)) {
+                // Only a new key duels (`count`): a kind change takes main's victim.
+                let newcomer = (evicted.is_empty() && old.is_none()).then_some(count);
+                match t.adaptive_pick(now, cfg, keep, newcomer) {
                     Some(Pick::Evict { at, window: w }) => {
                         window = w;
                         Some(at)
@@ -807,6 +811,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 break;
             };
             if evicted.is_empty()
+                && old.is_none()
                 && let Some(sketch) = t.sketch.as_deref()
                 && now < t.expires_at(v)
                 && !t.idle_expired(v, now)
@@ -1565,24 +1570,27 @@ mod tests {
     }
 
     #[test]
-    fn a_declined_kind_change_keeps_the_old_entry() {
-        // Full shard: a cached error for key 1, hot values for keys 2 and 3.
-        let s: Shard<u64, u64> =
-            Shard::new(3, 16, 9, Admission::TinyLfu, 1, from_cache(3, Columns::ALL));
-        put_error(&s, 1, NEVER);
-        put(&s, 2, 0);
-        put(&s, 3, 0);
-        for _ in 0..10 {
-            for k in [2, 3] {
-                assert_eq!(s.get(h(k), &k, 1), Some(k));
+    fn a_kind_change_is_never_declined() {
+        for admission in [Admission::TinyLfu, Admission::Adaptive] {
+            // Full shard: a cached error for key 1, hot values for keys 2 and 3.
+            let s: Shard<u64, u64> =
+                Shard::new(3, 16, 9, admission, 1, from_cache(3, Columns::ALL));
+            put_error(&s, 1, NEVER);
+            put(&s, 2, 0);
+            put(&s, 3, 0);
+            for t in 0..10 {
+                for k in [2, 3] {
+                    assert_eq!(s.get(h(k), &k, 1 + 200 * t), Some(k));
+                }
             }
+            // A value for key 1 weighing 2 needs a victim, and either hot key is more frequent
+            // than key 1. It used to be declined, and key 1's cached error kept being served
+            // over the value written after it.
+            let out = write_value(&s, 1, NEVER, 2, 2_000, &cfg(), WriteMode::Plain);
+            assert_eq!(out, WriteOutcome::Stored, "{admission:?}");
+            assert_eq!(probe_kind(&s, 1, 2_000), "value", "{admission:?}");
+            assert_eq!((s.len(), s.weight()), (2, 3), "{admission:?}");
         }
-        // A value for key 1 weighing 2 needs a victim; the admission filter prefers either hot
-        // key to it, so the write is declined and key 1's cached error stays.
-        let out = write_value(&s, 1, NEVER, 2, 2, &cfg(), WriteMode::Plain);
-        assert_eq!(out, WriteOutcome::Declined);
-        assert_eq!(probe_kind(&s, 1, 2), "error");
-        assert_eq!((s.len(), s.weight()), (3, 3));
     }
 
     /// Issue 3: sampling is O(k), independent of the number of entries. Each insert at capacity

@@ -240,7 +240,8 @@ where
 ///    within one lease ttl, a live one renews it while its fill runs, and a lease still held
 ///    after the lease's `max_wait` is filled past anyway); without one it fills.
 /// 4. **Fill**: the origin's value is written to L2 only if the key's version is still the one
-///    read in step 2 (a compare-and-set in L2), then to L1 through the cache's own fence. If the
+///    read in step 2 (a compare-and-set in L2), then to L1 through the cache's own fence (and
+///    its policy, which may decline a new key in a full L1: L2 still has it). If the
 ///    version moved (the key was invalidated somewhere in the fleet meanwhile), the value goes to
 ///    neither L2 nor L1; the callers of this flight still get it.
 ///
@@ -804,9 +805,10 @@ where
     /// error) to L2 fenced by `version`. A refused write (the key was invalidated since
     /// `version` was read) removes the key from L1, which fences the cache's own write of this
     /// flight's outcome, unless this process wrote the key since `fence` (taken as the leader
-    /// began): that write already fenced this flight, and what it stored is newer (a flight
-    /// started after the invalidation reached this process, a local insert). Removing it
-    /// cost one more L2 read or fill.
+    /// began): that write already fenced this flight, and the entry it left (a flight started
+    /// after an invalidation reached this process, a local insert) is no older than this
+    /// process's view of the key; a later invalidation reaches it through the backplane, as
+    /// it reaches any L1 entry. Removing it cost one more L2 read or fill.
     #[allow(clippy::too_many_arguments)]
     async fn fill<E, T, Fut>(
         &self,
