@@ -212,8 +212,15 @@ impl Connector {
 /// Whether a command's failure means its connection should not be used again: it broke or
 /// timed out, or it reaches a node that no longer takes writes (a failover behind the same
 /// address: `READONLY` from a demoted primary, `MASTERDOWN` from a replica cut off from it).
+/// Before Redis 7 a script's write on a replica failed as `ERR Error running script ...
+/// -READONLY ...`, which parses as a generic error: its detail is read too.
 fn connection_is_done(error: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
+    let wrapped = |code: &str| {
+        error
+            .detail()
+            .is_some_and(|detail| detail.contains(&format!("-{code} ")))
+    };
     error.is_io_error()
         || error.is_connection_dropped()
         || error.is_timeout()
@@ -222,6 +229,8 @@ fn connection_is_done(error: &redis::RedisError) -> bool {
             error.kind(),
             ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
         )
+        || wrapped("READONLY")
+        || wrapped("MASTERDOWN")
 }
 
 /// Ends a connect attempt when its task ends (or is dropped): another may start, and callers
@@ -248,6 +257,37 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A demoted node's refusal ends the connection, as Redis 7 sends it and as Redis 6 wraps
+    /// it in a script's error; an ordinary error (a wrong type, a script's own `ERR`) does not.
+    #[test]
+    fn a_write_refused_by_a_replica_ends_the_connection() {
+        let server = |code: &str, detail: &str| {
+            redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
+        };
+        let parsed = |reply: &[u8]| {
+            redis::parse_redis_value(reply)
+                .expect("a reply")
+                .extract_error()
+                .expect_err("an error reply")
+        };
+        let redis7 = parsed(b"-READONLY You can't write against a read only replica.\r\n");
+        assert!(connection_is_done(&redis7), "{redis7:?}");
+        let masterdown = parsed(b"-MASTERDOWN Link with MASTER is down\r\n");
+        assert!(connection_is_done(&masterdown), "{masterdown:?}");
+        let redis6 = parsed(
+            b"-ERR Error running script (call to f_0123): @user_script:3: @user_script: 3: \
+              -READONLY You can't write against a read only replica.\r\n",
+        );
+        assert!(connection_is_done(&redis6), "{redis6:?}");
+        for ordinary in [
+            parsed(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+            parsed(b"-ERR Error running script (call to f_0123): @user_script:1: boom\r\n"),
+            server("NOSCRIPT", "No matching script."),
+        ] {
+            assert!(!connection_is_done(&ordinary), "{ordinary:?}");
+        }
+    }
 
     /// A connect attempt whose task is dropped with its runtime (mid-connect, to a server that
     /// accepts and never answers) ends: the next caller starts its own attempt instead of
