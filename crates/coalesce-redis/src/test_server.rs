@@ -7,6 +7,7 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,9 @@ const ATTEMPTS: usize = 3;
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
+    /// The server's working directory (`--dir`), removed on drop: a server that becomes a
+    /// replica writes the primary's snapshot there, persistence off or not.
+    dir: PathBuf,
 }
 
 /// Why no server could be started.
@@ -69,21 +73,34 @@ impl RedisServer {
     }
 
     fn spawn(binary: &str, port: u16) -> Result<Self, StartError> {
+        // One per start (a restart's old value is dropped after its new one exists).
+        static STARTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let start = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("herd-redis-{}-{port}-{start}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| StartError::Failed(format!("working directory {dir:?}: {e}")))?;
         let child = Command::new(binary)
             .args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| match e.kind() {
-                io::ErrorKind::NotFound => StartError::NotInstalled,
-                _ => StartError::Failed(format!("spawn: {e}")),
+            .map_err(|e| {
+                let _ = std::fs::remove_dir_all(&dir);
+                match e.kind() {
+                    io::ErrorKind::NotFound => StartError::NotInstalled,
+                    _ => StartError::Failed(format!("spawn: {e}")),
+                }
             })?;
         let mut server = Self {
             child: Some(child),
             port,
+            dir,
         };
         let deadline = Instant::now() + READY_WITHIN;
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
@@ -141,6 +158,7 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
