@@ -57,10 +57,9 @@ const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 #[non_exhaustive]
 pub enum Admission {
     /// Admit every new entry (plain sampled LRU): never declines an insert, and a get or an
-    /// insert costs fewer instructions than the default's, but it tracks exact LRU, which
-    /// quick_cache, moka and the default beat by 8 to 14 hit-ratio points on the P traces and
-    /// which keeps almost nothing of a loop a little larger than the cache
-    /// (docs/benchmarks.md). The default until issue 17; for tables that must keep the newest
+    /// insert costs fewer instructions than the default's, but it tracks exact LRU: the default
+    /// beats it by up to 26 hit-ratio points on the P traces (P6) and keeps 90% of a loop a
+    /// little larger than the cache, of which it keeps 6 to 19% (docs/benchmarks.md). The default until issue 17; for tables that must keep the newest
     /// key, whatever its frequency.
     Always,
     /// TinyLFU: admit a new entry over its victim only if it was requested more often.
