@@ -19,6 +19,9 @@ pub(crate) enum Resolved {
     Partial { start: u64, end: u64 },
     /// 416 with `Content-Range: bytes */len`.
     NotSatisfiable,
+    /// Satisfiable, but no 206 can say it: a non-zero suffix of an empty body (RFC 9110 14.1.1
+    /// counts it satisfiable, and `bytes 0--1/0` is no range). The whole, empty body, 200.
+    Whole,
 }
 
 /// Parse a `Range` header value; `None` means "ignore it and send the whole body".
@@ -71,7 +74,7 @@ impl RangeSpec {
             RangeSpec::Suffix(0) => Resolved::NotSatisfiable,
             RangeSpec::Suffix(n) => {
                 if len == 0 {
-                    return Resolved::NotSatisfiable;
+                    return Resolved::Whole;
                 }
                 Resolved::Partial {
                     start: len.saturating_sub(n),
@@ -85,6 +88,16 @@ impl RangeSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// RFC 9110 14.1.1: of an empty body only a non-zero suffix is satisfiable; it was 416.
+    #[test]
+    fn a_suffix_of_an_empty_body_is_the_whole_body() {
+        let r = |s: &str| parse(s.as_bytes()).unwrap().resolve(0);
+        assert_eq!(r("bytes=-5"), Resolved::Whole);
+        assert_eq!(r("bytes=-0"), Resolved::NotSatisfiable);
+        assert_eq!(r("bytes=0-"), Resolved::NotSatisfiable);
+        assert_eq!(r("bytes=0-10"), Resolved::NotSatisfiable);
+    }
 
     #[test]
     fn parses_and_resolves() {

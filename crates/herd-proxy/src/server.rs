@@ -949,6 +949,8 @@ impl Inner {
                     *response.body_mut() = self.client_body(body);
                     return response;
                 }
+                // The whole body, as without a `Range`.
+                Resolved::Whole => {}
             }
         }
         match known_len {
@@ -1138,16 +1140,22 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-/// The request's authority: `Host`, else the absolute URI's; `None` when missing (HTTP/1.1
+/// The request's authority for cache keys: `Host`, else the absolute URI's, with the `http`
+/// scheme's default port dropped (`h:80` and `h` name one origin, RFC 9110 4.2.3: they were two
+/// keys, and a PURGE with one form missed the other's copy); `None` when missing (HTTP/1.1
 /// requires one) or not a valid authority.
 fn authority(parts: &Parts) -> Option<String> {
+    let key = |a: &http::uri::Authority| match a.port_u16() {
+        Some(80) => a.host().to_owned(),
+        _ => a.as_str().to_owned(),
+    };
     let from_host = parts
         .headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .and_then(|h| h.parse::<http::uri::Authority>().ok())
-        .map(|a| a.as_str().to_owned());
-    match from_host.or_else(|| parts.uri.authority().map(|a| a.as_str().to_owned())) {
+        .map(|a| key(&a));
+    match from_host.or_else(|| parts.uri.authority().map(key)) {
         Some(authority) => Some(authority),
         // HTTP/1.0 predates Host: such clients share one keyspace.
         None if parts.version <= Version::HTTP_10 => Some(String::new()),

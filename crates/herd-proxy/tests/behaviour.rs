@@ -152,6 +152,37 @@ async fn purge_needs_the_token_and_removes_the_object() {
     assert_eq!(send(proxy, purge(Some("sesame"))).await.status(), 404);
 }
 
+/// `Host: test.local:80` and `Host: test.local` name one origin (the default port of
+/// `http`): one cached object, and a PURGE with either form removes it. They were two keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_with_the_default_port_shares_the_object_and_its_purge() {
+    let origin = Origin::start(whole(100, "")).await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let with_port = |method: &str| {
+        Request::builder()
+            .method(method)
+            .uri("/p")
+            .header("host", "Test.Local:80")
+            .header("x-purge-token", "sesame")
+            .body(Empty::<Bytes>::new())
+            .unwrap()
+    };
+    read_body(get_simple(proxy, "/p").await).await.unwrap();
+    let hit = send(proxy, with_port("GET")).await;
+    assert_eq!(hit.headers()["x-cache"], "HIT", "one object for both forms");
+    read_body(hit).await.unwrap();
+    assert_eq!(origin.requests(), 1);
+    assert_eq!(send(proxy, with_port("PURGE")).await.status(), 200);
+    let after = get_simple(proxy, "/p").await;
+    assert_eq!(
+        after.headers()["x-cache"],
+        "MISS",
+        "purged under the other form"
+    );
+    read_body(after).await.unwrap();
+    assert_eq!(origin.requests(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_while_the_body_streams_fails_its_readers_and_is_final() {
     let gate = Gate::new();
