@@ -279,6 +279,8 @@ impl DiskStorageBuilder {
                 dir_syncs: AtomicU64::new(scan.dir_syncs),
                 #[cfg(test)]
                 fail_next_dir_sync: AtomicBool::new(false),
+                #[cfg(test)]
+                hold_next_create: parking_lot::Mutex::new(None),
                 capacity,
                 max_object_size,
                 durability,
@@ -311,6 +313,10 @@ struct DiskShared {
     /// Makes the next object-directory fsync fail (tests of a failed durable `finish`).
     #[cfg(test)]
     fail_next_dir_sync: AtomicBool,
+    /// Holds the next `begin_write`'s file creation on the blocking pool until the sender
+    /// sends (tests of what happens inside that await, whatever the scheduler does).
+    #[cfg(test)]
+    hold_next_create: parking_lot::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     capacity: u64,
     max_object_size: u64,
     durability: Durability,
@@ -1186,7 +1192,13 @@ impl Storage for DiskStorage {
         // length, after the block table, in the same trip. Its bytes are charged now.
         let file = {
             let (path, abandoned) = (tmp_path.clone(), Arc::clone(&guard.abandoned));
+            #[cfg(test)]
+            let held = shared.hold_next_create.lock().take();
             blocking(move || {
+                #[cfg(test)]
+                if let Some(held) = held {
+                    let _ = held.recv();
+                }
                 let file = std::fs::OpenOptions::new()
                     .read(true)
                     .write(true)
@@ -1723,6 +1735,37 @@ mod tests {
     async fn body_of(storage: &DiskStorage, key: &str) -> Option<Vec<u8>> {
         let mut hit = storage.lookup(&key.into()).await.unwrap()?;
         Some(crate::read_to_end(&mut *hit.body).await.unwrap())
+    }
+
+    /// `begin_write` awaits the blocking pool (it creates the temp file) before the write
+    /// becomes visible: a purge in that window is final. The creation is held there, so the
+    /// window is certain: the integration test this replaces tried keys until a first poll
+    /// happened to be pending, and on a loaded 2-core CI machine none of 100 was (a woken
+    /// blocking thread can preempt its waker and finish first).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_purge_while_begin_write_creates_its_file_is_final() {
+        let root = std::env::temp_dir().join(format!(
+            "stream-cache-begin-purge-{}-{:?}",
+            std::process::id(),
+            SystemTime::now()
+        ));
+        let storage = DiskStorage::builder(&root, 1 << 20).open().await.unwrap();
+        store(&storage, "k", b"older").await;
+        let (release, held) = std::sync::mpsc::channel();
+        *storage.shared.hold_next_create.lock() = Some(held);
+        let key: CacheKey = "k".into();
+        let mut begin = std::pin::pin!(storage.begin_write(&key, ObjectMeta::new("old")));
+        assert!(
+            futures::poll!(begin.as_mut()).is_pending(),
+            "held on the pool"
+        );
+        storage.purge(&key).await.unwrap();
+        release.send(()).unwrap();
+        let mut writer = begin.await.unwrap();
+        let _ = writer.write(Bytes::from_static(b"old")).await;
+        let _ = writer.finish().await;
+        assert_eq!(body_of(&storage, "k").await, None, "the purge came undone");
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// A durable `finish` whose directory fsync fails is the write's failure, and nothing of it
