@@ -61,9 +61,10 @@
 //! - evictions without a newcomer (a capacity shrink, room for another shard's write) take
 //!   main's victim below the target and duel as usual at it, never refusing.
 //!
-//! Memory beyond the default's: per entry, nothing in the slot (the count shares the stamp
+//! Memory beyond sampled LRU's: per entry, nothing in the slot (the count shares the stamp
 //! word, whose 52 low bits keep the stamp); the sketch (4 rows of 4-bit counters over the next
-//! power of two of 8 x capacity, 16 to 32 bytes, plus a doorkeeper of 4 to 8 bytes; with a
+//! power of two of 8 x capacity, 16 to 32 bytes, plus a doorkeeper of 32 bits, 4 to 8 bytes
+//! after rounding: 21.3 bytes per entry in all at 1M entries over 8 shards; with a
 //! weigher, sized for at most 2^16 entries a shard, the share being in weight units); per
 //! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 3 copies of at most
 //! 1,000 simulated entries of 24 bytes, each with its own 24 KB sketch, and one index of the
