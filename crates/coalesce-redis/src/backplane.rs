@@ -14,7 +14,10 @@
 //!
 //! **Losing the subscription.** Redis pub/sub is fire-and-forget: a message published while a
 //! subscriber is disconnected is lost for it. The subscriber task notices a loss when its
-//! connection closes or a `PING` on it (every `ping_interval`) fails or times out, then
+//! connection closes or a `PING` on it (every `ping_interval`) fails or times out, or when its
+//! node, a primary when last asked, answers `ROLE` as a replica (a failover behind the same
+//! address: asked with each ping on a plain connection opened with the subscription; the
+//! acknowledgement and second-level connections start over with it), then
 //! reconnects on its own (after `reconnect_backoff`, forever). Once `SUBSCRIBE` is confirmed
 //! again it calls [`L1Sink::invalidate_all`] on every attached tier: every L1 entry stored
 //! before that moment is dropped and every fill that started before it is fenced. This is a
@@ -95,6 +98,9 @@ pub(crate) struct Shared {
     origin: u64,
     /// Publishes acknowledgements (a connection of its own: the subscriber's is in pub/sub mode).
     acks: Connector,
+    /// The second level's connector: reset with `acks` when the subscription's node turns out
+    /// to be a replica (a failover behind the same address), since its reads never fail there.
+    l2: Connector,
     sinks: parking_lot::Mutex<Vec<Weak<dyn L1Sink>>>,
     waiters: parking_lot::Mutex<HashMap<u64, mpsc::UnboundedSender<()>>>,
     next_nonce: AtomicU64,
@@ -159,7 +165,7 @@ impl AckWait<'_> {
 }
 
 impl Backplane {
-    pub(crate) fn new(client: redis::Client, mut settings: Settings) -> Self {
+    pub(crate) fn new(client: redis::Client, mut settings: Settings, l2: Connector) -> Self {
         settings.fill_channel = format!("{}:filled", settings.channel);
         settings.all_channel = format!("{}:all", settings.channel);
         let acks = Connector::new(
@@ -174,6 +180,7 @@ impl Backplane {
                 settings,
                 origin: origin_id(),
                 acks,
+                l2,
                 sinks: parking_lot::Mutex::new(Vec::new()),
                 waiters: parking_lot::Mutex::new(HashMap::new()),
                 next_nonce: AtomicU64::new(0),
@@ -340,6 +347,8 @@ enum Lost {
     TimedOut(Duration),
     #[error("the connection closed")]
     Closed,
+    #[error("the subscription's node became a replica (a failover behind the same address)")]
+    Demoted,
 }
 
 async fn bounded<T>(
@@ -355,6 +364,15 @@ async fn bounded<T>(
 async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
     let s = &shared.settings;
     let pubsub = bounded(s.connect_timeout, shared.client.get_async_pubsub()).await?;
+    // A plain connection opened right after the subscriber's, through the same address, so to
+    // the same node: the subscriber's own connection takes no other command than PING in
+    // RESP2's pub/sub mode, and this one asks the node's ROLE as the subscriber pings.
+    let mut probe = bounded(
+        s.connect_timeout,
+        shared.client.get_multiplexed_async_connection(),
+    )
+    .await?;
+    let mut was_primary = false;
     let (mut sink, mut stream) = pubsub.split();
     let acks = ack_channel(&s.channel, shared.origin);
     bounded(
@@ -384,8 +402,37 @@ async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
             }
             _ = ping.tick() => {
                 bounded(s.command_timeout, sink.ping::<redis::Value>()).await?;
+                // A failover behind the same address leaves this subscription on the old
+                // primary, where PING, PUBLISH and reads go on working, so nothing else ends
+                // it: a full resync there drops messages, and a replica cut off from the new
+                // primary delivers none. Only a change from primary to replica counts (a
+                // backplane pointed at a replica from the start would re-subscribe forever).
+                match role(&mut probe, s.command_timeout).await {
+                    Some(true) => was_primary = true,
+                    Some(false) if was_primary => {
+                        shared.acks.reset();
+                        shared.l2.reset();
+                        return Err(Lost::Demoted);
+                    }
+                    _ => {}
+                }
             }
         }
+    }
+}
+
+/// Whether the node behind `probe` says it is a primary (`ROLE`): `Some(true)` for "master",
+/// `Some(false)` for "slave", `None` when it did not answer in time or said anything else
+/// (liveness is the subscriber's own PING's to judge).
+async fn role(probe: &mut redis::aio::MultiplexedConnection, limit: Duration) -> Option<bool> {
+    let answer = timeout(limit, redis::cmd("ROLE").query_async::<redis::Value>(probe)).await;
+    let Ok(Ok(redis::Value::Array(parts))) = answer else {
+        return None;
+    };
+    match parts.first() {
+        Some(redis::Value::BulkString(role)) if role.as_slice() == b"master" => Some(true),
+        Some(redis::Value::BulkString(role)) if role.as_slice() == b"slave" => Some(false),
+        _ => None,
     }
 }
 

@@ -107,6 +107,13 @@ impl Connector {
         }
     }
 
+    /// Drops the current connection, whichever it is: the next call reconnects (the backplane
+    /// found its node demoted, which no reply on this connection may have said: reads and
+    /// `PUBLISH` work on a replica).
+    pub(crate) fn reset(&self) {
+        self.state().connection = None;
+    }
+
     /// Drops connection number `generation` if it is still the current one.
     fn forget_connection(&self, generation: u64) {
         let mut state = self.state();

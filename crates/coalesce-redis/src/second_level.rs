@@ -307,6 +307,12 @@ impl RedisSecondLevelBuilder {
             }
         }
         let client = redis::Client::open(self.url.as_str()).map_err(ConfigError::Url)?;
+        let connector = Connector::new(
+            client.clone(),
+            self.connect_timeout,
+            self.command_timeout,
+            self.reconnect_backoff,
+        );
         let backplane = self.backplane.then(|| {
             Backplane::new(
                 client.clone(),
@@ -319,15 +325,11 @@ impl RedisSecondLevelBuilder {
                     reconnect_backoff: self.reconnect_backoff,
                     ping_interval: self.ping_interval,
                 },
+                connector.clone(),
             )
         });
         Ok(RedisSecondLevel {
-            connector: Connector::new(
-                client,
-                self.connect_timeout,
-                self.command_timeout,
-                self.reconnect_backoff,
-            ),
+            connector,
             prefix: self.prefix,
             get: redis::Script::new(GET),
             set: redis::Script::new(SET),

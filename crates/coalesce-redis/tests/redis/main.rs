@@ -80,6 +80,13 @@ fn main() -> std::process::ExitCode {
             |server| Box::pin(conformance::redis_lease_passes_the_lease_suite(server)),
         ),
         Case::redis(
+            "second_level::a_failover_behind_one_address_moves_the_backplane",
+            2,
+            |server| {
+                Box::pin(second_level::a_failover_behind_one_address_moves_the_backplane(server))
+            },
+        ),
+        Case::redis(
             "second_level::wait_subscribed_before_a_tier_is_attached_returns",
             2,
             |server| {

@@ -891,3 +891,51 @@ pub(crate) async fn wait_subscribed_before_a_tier_is_attached_returns(server: Re
     assert_eq!(tier.stats().backplane_resyncs, 0);
     assert_eq!(l2.backplane_stats().unwrap().subscriptions, 1);
 }
+
+/// A failover behind one address (a DNS name or virtual IP that moves to the new primary)
+/// leaves every process's backplane on the demoted primary, where `PING`, `PUBLISH` and reads
+/// go on working: nothing failed, so nothing moved. Each backplane now asks its node's `ROLE`
+/// as it pings (on a plain connection opened with the subscription), sees the primary become a
+/// replica, and subscribes again through the address (its acknowledgement and L2 connections
+/// start over too). Before, the subscriptions stayed on the old node for good (one
+/// subscription each, no loss counted).
+pub(crate) async fn a_failover_behind_one_address_moves_the_backplane(old_primary: RedisServer) {
+    let new_primary = RedisServer::start().expect("a second redis-server");
+    let address = crate::forwarder::Forwarder::start(old_primary.port()).await;
+    let url = address.url();
+    let (a, b) = (process(&url).await, process(&url).await);
+    assert_eq!(read(&a, "k", 1).await, (1, TierSource::Filled));
+    // Both probes have seen a primary (a ping every 100 ms).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let admin = redis::Client::open(old_primary.url().as_str()).unwrap();
+    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(new_primary.port())
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    address.retarget(new_primary.port());
+    for p in [&a, &b] {
+        guard(
+            async {
+                while p.l2.backplane_stats().unwrap().subscriptions < 2 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            "a backplane to notice the failover",
+        )
+        .await;
+        guard(p.l2.wait_subscribed(), "subscribe again").await;
+        let stats = p.l2.backplane_stats().unwrap();
+        assert_eq!((stats.subscriptions, stats.losses), (2, 1), "{stats:?}");
+    }
+    // On the new primary: B fills, A reads it from L2, and an invalidation reaches both.
+    assert_eq!(read(&b, "k", 2).await, (2, TierSource::Filled));
+    assert_eq!(read(&a, "k", 3).await, (2, TierSource::L2));
+    let done = guard(a.tier.invalidate(&"k".to_string()), "invalidate")
+        .await
+        .unwrap();
+    assert_eq!((done.receivers, done.acked), (2, 2));
+    assert_eq!(b.tier.get(&"k".to_string()), None);
+}
