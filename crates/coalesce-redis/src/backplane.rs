@@ -52,7 +52,8 @@ pub struct BackplaneStats {
     pub subscribed: bool,
     /// Confirmed subscriptions (the first and every re-subscription).
     pub subscriptions: u64,
-    /// Subscriptions lost (connection closed, ping failed or timed out).
+    /// Subscriptions lost (connection closed, ping failed or timed out, or its node went from
+    /// primary to replica: a failover behind the same address).
     pub losses: u64,
     /// Invalidation messages received and applied to the attached tiers.
     pub received: u64,
@@ -101,6 +102,11 @@ pub(crate) struct Shared {
     /// The second level's connector: reset with `acks` when the subscription's node turns out
     /// to be a replica (a failover behind the same address), since its reads never fail there.
     l2: Connector,
+    /// A role probe of this backplane has seen a primary (a replica then means a failover).
+    seen_primary: AtomicBool,
+    /// Subscriptions ended in a row because their node was a replica (the re-subscribe
+    /// back-off doubles with each, up to a minute: each re-subscription empties L1).
+    demotions: AtomicU64,
     sinks: parking_lot::Mutex<Vec<Weak<dyn L1Sink>>>,
     waiters: parking_lot::Mutex<HashMap<u64, mpsc::UnboundedSender<()>>>,
     next_nonce: AtomicU64,
@@ -181,6 +187,8 @@ impl Backplane {
                 origin: origin_id(),
                 acks,
                 l2,
+                seen_primary: AtomicBool::new(false),
+                demotions: AtomicU64::new(0),
                 sinks: parking_lot::Mutex::new(Vec::new()),
                 waiters: parking_lot::Mutex::new(HashMap::new()),
                 next_nonce: AtomicU64::new(0),
@@ -314,9 +322,20 @@ async fn subscribe_forever(shared: Arc<Shared>) {
             shared.set_live(false);
             shared.counters.losses.fetch_add(1, Relaxed);
         }
-        tokio::time::sleep(shared.settings.reconnect_backoff).await;
+        // The address may point at the demoted node for a while (a DNS ttl): each
+        // re-subscription there ends again and empties L1, so those back off further.
+        let demotions = shared.demotions.load(Relaxed).min(16) as u32;
+        let backoff = shared
+            .settings
+            .reconnect_backoff
+            .saturating_mul(1 << demotions.saturating_sub(1).min(15))
+            .min(MAX_DEMOTED_BACKOFF.max(shared.settings.reconnect_backoff));
+        tokio::time::sleep(backoff).await;
     }
 }
+
+/// The longest wait before re-subscribing after subscriptions that kept landing on a replica.
+const MAX_DEMOTED_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Dropped with the subscriber task. From then on no invalidation reaches the attached L1s
 /// until a new task subscribes (`ensure_running`, at the next attach, wait or L2 read), so
@@ -364,15 +383,9 @@ async fn bounded<T>(
 async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
     let s = &shared.settings;
     let pubsub = bounded(s.connect_timeout, shared.client.get_async_pubsub()).await?;
-    // A plain connection opened right after the subscriber's, through the same address, so to
-    // the same node: the subscriber's own connection takes no other command than PING in
-    // RESP2's pub/sub mode, and this one asks the node's ROLE as the subscriber pings.
-    let mut probe = bounded(
-        s.connect_timeout,
-        shared.client.get_multiplexed_async_connection(),
-    )
-    .await?;
-    let mut was_primary = false;
+    // Opened right after the subscriber's connection, through the same address, so to the
+    // same node as a rule: it asks that node's role as the subscriber pings (see the ping arm).
+    let mut probe = Probe::open(shared).await;
     let (mut sink, mut stream) = pubsub.split();
     let acks = ack_channel(&s.channel, shared.origin);
     bounded(
@@ -401,15 +414,26 @@ async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
                 handle(shared, &acks, &message);
             }
             _ = ping.tick() => {
-                bounded(s.command_timeout, sink.ping::<redis::Value>()).await?;
+                // Side by side: the messages wait for the longer of the two, not their sum.
+                let (pinged, role) = tokio::join!(
+                    bounded(s.command_timeout, sink.ping::<redis::Value>()),
+                    probe.role(shared),
+                );
+                pinged?;
                 // A failover behind the same address leaves this subscription on the old
                 // primary, where PING, PUBLISH and reads go on working, so nothing else ends
                 // it: a full resync there drops messages, and a replica cut off from the new
-                // primary delivers none. Only a change from primary to replica counts (a
-                // backplane pointed at a replica from the start would re-subscribe forever).
-                match role(&mut probe, s.command_timeout).await {
-                    Some(true) => was_primary = true,
-                    Some(false) if was_primary => {
+                // primary delivers none. A replica counts only once this backplane has seen a
+                // primary (on any subscription: Sentinel kills the old primary's clients, and
+                // the next subscription may land on it again while the address still points
+                // there); one pointed at a replica from the start never re-subscribes for it.
+                match role {
+                    Some(true) => {
+                        shared.seen_primary.store(true, Relaxed);
+                        shared.demotions.store(0, Relaxed);
+                    }
+                    Some(false) if shared.seen_primary.load(Relaxed) => {
+                        shared.demotions.fetch_add(1, Relaxed);
                         shared.acks.reset();
                         shared.l2.reset();
                         return Err(Lost::Demoted);
@@ -421,18 +445,83 @@ async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
     }
 }
 
-/// Whether the node behind `probe` says it is a primary (`ROLE`): `Some(true)` for "master",
-/// `Some(false)` for "slave", `None` when it did not answer in time or said anything else
-/// (liveness is the subscriber's own PING's to judge).
-async fn role(probe: &mut redis::aio::MultiplexedConnection, limit: Duration) -> Option<bool> {
-    let answer = timeout(limit, redis::cmd("ROLE").query_async::<redis::Value>(probe)).await;
-    let Ok(Ok(redis::Value::Array(parts))) = answer else {
-        return None;
-    };
-    match parts.first() {
-        Some(redis::Value::BulkString(role)) if role.as_slice() == b"master" => Some(true),
-        Some(redis::Value::BulkString(role)) if role.as_slice() == b"slave" => Some(false),
-        _ => None,
+/// A plain connection to the subscription's node, asking its `ROLE` (the subscriber's own
+/// connection takes no command but PING in RESP2's pub/sub mode). Optional: without it (a
+/// connect refused, `ROLE` not allowed) the subscription works as before, blind to a failover
+/// behind its address.
+struct Probe {
+    connection: Option<redis::aio::MultiplexedConnection>,
+    /// Said once per subscription: `ROLE` was refused.
+    warned: bool,
+}
+
+impl Probe {
+    async fn open(shared: &Shared) -> Self {
+        Probe {
+            connection: Self::connect(shared).await,
+            warned: false,
+        }
+    }
+
+    async fn connect(shared: &Shared) -> Option<redis::aio::MultiplexedConnection> {
+        let s = &shared.settings;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(s.connect_timeout))
+            .set_response_timeout(Some(s.command_timeout));
+        let attempt = shared
+            .client
+            .get_multiplexed_async_connection_with_config(&config);
+        match timeout(s.connect_timeout, attempt).await {
+            Ok(Ok(connection)) => Some(connection),
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "backplane role probe not connected");
+                None
+            }
+            Err(_elapsed) => None,
+        }
+    }
+
+    /// The node's role: `Some(true)` primary, `Some(false)` replica, `None` unknown (no
+    /// answer in time, a refusal, an unknown role). A connection that broke is opened again at
+    /// the next ask (a network blip, an idle cut, Sentinel killing normal clients).
+    async fn role(&mut self, shared: &Shared) -> Option<bool> {
+        if self.connection.is_none() {
+            self.connection = Self::connect(shared).await;
+        }
+        let connection = self.connection.as_mut()?;
+        let limit = shared.settings.command_timeout;
+        let answer = timeout(
+            limit,
+            redis::cmd("ROLE").query_async::<redis::Value>(connection),
+        )
+        .await;
+        match answer {
+            Ok(Ok(redis::Value::Array(parts))) => match parts.first() {
+                Some(redis::Value::BulkString(role)) if role.as_slice() == b"master" => Some(true),
+                Some(redis::Value::BulkString(role))
+                    if role.as_slice() == b"slave" || role.as_slice() == b"replica" =>
+                {
+                    Some(false)
+                }
+                _ => None,
+            },
+            Ok(Err(error))
+                if error.is_connection_dropped()
+                    || error.is_io_error()
+                    || error.is_unrecoverable_error() =>
+            {
+                self.connection = None;
+                None
+            }
+            Ok(Err(error)) => {
+                if !self.warned {
+                    self.warned = true;
+                    tracing::warn!(%error, "ROLE refused: a failover behind the backplane's address goes unnoticed");
+                }
+                None
+            }
+            Ok(Ok(_)) | Err(_) => None,
+        }
     }
 }
 

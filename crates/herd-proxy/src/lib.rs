@@ -4,8 +4,8 @@
 //!
 //! What it does (clients: HTTP/1.0, 1.1 and HTTP/2 with prior knowledge (h2c; TLS is not
 //! terminated here); origin: HTTP/1.1, one origin):
-//! - `GET`/`HEAD` responses are stored under method + authority + path + query + coding class
-//!   (see below), for the freshness their `Cache-Control` (`s-maxage`, `max-age`), `Expires` and
+//! - `GET`/`HEAD` responses are stored under method + authority (`Host`, `h:80` as `h`; one
+//!   with userinfo is refused) + path + query + coding class (see below), for the freshness their `Cache-Control` (`s-maxage`, `max-age`), `Expires` and
 //!   `Age` give them. Not stored: `no-store`, `private`, `no-cache`, `Set-Cookie`, `Vary` on
 //!   anything but `Accept-Encoding`, statuses outside RFC 9110's cacheable set, responses with
 //!   no explicit freshness (no heuristic freshness), bodies whose `Content-Length` exceeds the
@@ -25,7 +25,8 @@
 //!   once complete, with a `Content-Length` (or a 502 if it failed before).
 //! - `Range` (one range) is served as 206 from stored and still-arriving bodies whose length is
 //!   known (`Content-Length` from the origin, or complete), ending at the range's last byte
-//!   (a range's bytes are final once they arrived); 416 past the end; an unparsable or
+//!   (a range's bytes are final once they arrived); 416 past the end (a suffix range of an
+//!   empty body is satisfiable: the whole, empty body); an unparsable or
 //!   multi-range header, a range on a body of still-unknown length, or an `If-Range` that does
 //!   not match the stored `ETag` (strong) / `Last-Modified` gets the whole body (RFC 9110 lets a
 //!   server ignore `Range`; a resumed download never splices two versions).

@@ -1143,11 +1143,18 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 /// The request's authority for cache keys: `Host`, else the absolute URI's, with the `http`
 /// scheme's default port dropped (`h:80` and `h` name one origin, RFC 9110 4.2.3: they were two
 /// keys, and a PURGE with one form missed the other's copy); `None` when missing (HTTP/1.1
-/// requires one) or not a valid authority.
+/// requires one) or not a valid authority. An authority with userinfo (`x@h`) is not valid:
+/// `Host` has none (RFC 9110 7.2), and keying it as `h` would let a request the origin may
+/// route elsewhere fill `h`'s objects.
 fn authority(parts: &Parts) -> Option<String> {
-    let key = |a: &http::uri::Authority| match a.port_u16() {
-        Some(80) => a.host().to_owned(),
-        _ => a.as_str().to_owned(),
+    let key = |a: &http::uri::Authority| -> Option<String> {
+        if a.as_str().contains('@') {
+            return None;
+        }
+        Some(match a.port_u16() {
+            Some(80) => a.host().to_owned(),
+            _ => a.as_str().to_owned(),
+        })
     };
     let from_host = parts
         .headers
@@ -1155,8 +1162,10 @@ fn authority(parts: &Parts) -> Option<String> {
         .and_then(|h| h.to_str().ok())
         .and_then(|h| h.parse::<http::uri::Authority>().ok())
         .map(|a| key(&a));
-    match from_host.or_else(|| parts.uri.authority().map(key)) {
-        Some(authority) => Some(authority),
+    let from_uri = || parts.uri.authority().map(key);
+    match from_host.or_else(from_uri) {
+        Some(None) => None,
+        Some(Some(authority)) => Some(authority),
         // HTTP/1.0 predates Host: such clients share one keyspace.
         None if parts.version <= Version::HTTP_10 => Some(String::new()),
         None => None,

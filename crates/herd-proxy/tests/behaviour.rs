@@ -183,6 +183,22 @@ async fn a_host_with_the_default_port_shares_the_object_and_its_purge() {
     assert_eq!(origin.requests(), 2);
 }
 
+/// A `Host` with userinfo (`x@test.local:80`) is refused: keyed by its host alone, a request
+/// the origin may route to another virtual host (it gets the whole header) would fill
+/// `test.local`'s objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_with_userinfo_is_refused() {
+    let origin = Origin::start(whole(100, "")).await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let request = Request::builder()
+        .uri("/p")
+        .header("host", "x@test.local:80")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    assert_eq!(send(proxy, request).await.status(), 400);
+    assert_eq!(origin.requests(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_while_the_body_streams_fails_its_readers_and_is_final() {
     let gate = Gate::new();
