@@ -67,7 +67,7 @@
 //! after rounding: 21.3 bytes per entry in all at 1M entries over 8 shards; with a
 //! weigher, sized for at most 2^16 entries a shard, the share being in weight units); per
 //! shard, 4 KB of checkpoints; per cache, the simulations (`minisim.rs`: 3 copies of at most
-//! 1,000 simulated entries of 24 bytes, each with its own 24 KB sketch, and one index of the
+//! 1,000 simulated entries of 24 bytes, each with its own 20 KB sketch, and one index of the
 //! keys they hold) and a 128-byte hit
 //! buffer per (tally stripe, shard): (2P + 1) x 4P x 128 bytes with the default shard count on
 //! P cores (5 KB at 2 cores, 0.3 MB at 16, 4.2 MB at 64; 384 bytes each while every hit's hash

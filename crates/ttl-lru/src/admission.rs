@@ -127,7 +127,7 @@ pub(crate) fn policy_capacity(capacity: u64) -> u64 {
 /// weight units (bytes, say), which say nothing of how many entries it holds: sized by it, a
 /// 256 MiB cache of byte-weighed values got the largest sketch, 192 MiB, per shard (3 GiB over
 /// 16 shards) before holding anything. 2^16 entries a shard is about 0.75 MiB (TinyLFU) or
-/// 1.5 MiB (adaptive); a shard holding many more entries shares counters more often.
+/// 1.25 MiB (adaptive); a shard holding many more entries shares counters more often.
 pub(crate) const WEIGHTED_SKETCH_ENTRIES: u64 = 1 << 16;
 
 /// How many entries a shard's sketch is sized for, for a share of `share` units.

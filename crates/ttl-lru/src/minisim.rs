@@ -37,7 +37,7 @@
 //! atomic word that every shard reads when it evicts (the pick in another). Memory: at most
 //! 3 x 1,000 simulated entries of 24 bytes, one index for all copies (a key's place in each:
 //! a sampled request is looked up once, not 3 times; at most 3,000 keys) and 3 sketches of
-//! 24 KB. Work: 3 simulated accesses per sampled request, so 0.75 per request of a cache
+//! 20 KB. Work: 3 simulated accesses per sampled request, so 0.75 per request of a cache
 //! under 4,000 entries, 3 per 1,000 requests of a 1M-entry cache.
 
 use std::collections::HashMap;
