@@ -133,6 +133,38 @@ async fn two_processes_with_a_lease_fill_a_cold_key_once() {
     );
 }
 
+/// Starts `tier`'s read-through fill of `key` with `value` and lets it run until it waits for
+/// the returned gate (on the paused clock).
+async fn gated_fill(
+    tier: &Tier,
+    key: &str,
+    value: u64,
+) -> (
+    Arc<tokio::sync::Notify>,
+    tokio::task::JoinHandle<
+        Result<ttl_lru::second_level::TierFetched<u64>, ttl_lru::FetchError<String>>,
+    >,
+) {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let filling = {
+        let (tier, gate, key) = (tier.clone(), gate.clone(), key.to_string());
+        tokio::spawn(async move {
+            tier.get_or_try_insert(
+                key,
+                |_| TTL,
+                move || async move {
+                    gate.notified().await;
+                    Ok::<_, String>(value)
+                },
+            )
+            .await
+        })
+    };
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    (gate, filling)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_fill_that_began_before_an_invalidation_reaches_no_l2_and_no_l1() {
     let l2 = MemorySecondLevel::new();
@@ -141,23 +173,7 @@ async fn a_fill_that_began_before_an_invalidation_reaches_no_l2_and_no_l1() {
     // A caches the old value; B's fill starts and waits for the gate.
     read(&a, "k", 1, &calls).await;
     l2.delete(b"k").await.unwrap();
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let filling = {
-        let (b, gate) = (b.clone(), gate.clone());
-        tokio::spawn(async move {
-            b.get_or_try_insert(
-                "k".to_string(),
-                |_| TTL,
-                move || async move {
-                    gate.notified().await;
-                    Ok::<_, String>(1)
-                },
-            )
-            .await
-        })
-    };
-    tokio::task::yield_now().await;
-    tokio::time::sleep(Duration::from_millis(1)).await;
+    let (gate, filling) = gated_fill(&b, "k", 1).await;
     let done = a.invalidate(&"k".to_string()).await.unwrap();
     assert_eq!((done.receivers, done.acked), (2, 2));
     gate.notify_one();
@@ -180,23 +196,7 @@ async fn a_refused_l2_write_leaves_a_newer_l1_value_alone() {
     let l2 = MemorySecondLevel::new();
     let (a, b) = (process(&l2), process(&l2));
     let calls = Arc::new(AtomicUsize::new(0));
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let old_fill = {
-        let (b, gate) = (b.clone(), gate.clone());
-        tokio::spawn(async move {
-            b.get_or_try_insert(
-                "k".to_string(),
-                |_| TTL,
-                move || async move {
-                    gate.notified().await;
-                    Ok::<_, String>(1)
-                },
-            )
-            .await
-        })
-    };
-    tokio::task::yield_now().await;
-    tokio::time::sleep(Duration::from_millis(1)).await;
+    let (gate, old_fill) = gated_fill(&b, "k", 1).await;
     let done = a.invalidate(&"k".to_string()).await.unwrap();
     assert_eq!((done.receivers, done.acked), (2, 2));
     // B's next caller starts afresh (the invalidation detached the old fill) and stores 2.

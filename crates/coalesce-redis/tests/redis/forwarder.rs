@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use coalesce_redis::test_server::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Forwards every connection made to [`url`](Forwarder::url) to the current target's port on
@@ -93,4 +94,18 @@ impl Forwarder {
             set.remove(&number);
         }
     }
+}
+
+/// A failover behind `address`: `old` becomes a replica of `new` (its connections stay open
+/// and answer `-READONLY` to writes), and new connections to `address` reach `new`.
+pub(crate) async fn fail_over(old: &RedisServer, new: &RedisServer, address: &Forwarder) {
+    let admin = redis::Client::open(old.url().as_str()).unwrap();
+    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(new.port())
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    address.retarget(new.port());
 }

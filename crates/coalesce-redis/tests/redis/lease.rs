@@ -409,15 +409,7 @@ pub(crate) async fn a_failover_behind_one_address_is_followed(old_primary: Redis
         panic!("{before:?}")
     };
     // The failover: the old primary follows the new one, the address moves.
-    let admin = redis::Client::open(old_primary.url().as_str()).unwrap();
-    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(new_primary.port())
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    address.retarget(new_primary.port());
+    crate::forwarder::fail_over(&old_primary, &new_primary, &address).await;
     // A script's write (the release's compare-and-delete) on the demoted primary: refused
     // (`SET` is refused the same way: the connector's unit test reads both replies).
     let during = lease.release("before", &token).await;

@@ -907,15 +907,7 @@ pub(crate) async fn a_failover_behind_one_address_moves_the_backplane(old_primar
     assert_eq!(read(&a, "k", 1).await, (1, TierSource::Filled));
     // Both probes have seen a primary (a ping every 100 ms).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let admin = redis::Client::open(old_primary.url().as_str()).unwrap();
-    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(new_primary.port())
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    address.retarget(new_primary.port());
+    crate::forwarder::fail_over(&old_primary, &new_primary, &address).await;
     for p in [&a, &b] {
         guard(
             async {
