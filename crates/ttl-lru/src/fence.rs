@@ -56,13 +56,15 @@ impl WriteLog {
     /// its key, or they are more than the log remembers.
     #[inline]
     pub(crate) fn fences(&self, fence: u64, now: u64, hash: u64) -> bool {
-        if now == fence {
-            return false;
-        }
-        if now.wrapping_sub(fence) > self.len() {
-            return true;
-        }
-        (fence..now).any(|seq| self.hashes[(seq & self.mask) as usize] == hash)
+        now.wrapping_sub(fence) > self.len() || self.wrote(fence, now, hash)
+    }
+
+    /// Whether one of the writes `fence..now` is known to be of the key hashing to `hash`:
+    /// false when they are more than the log remembers (unknown), unlike [`fences`](Self::fences).
+    #[inline]
+    pub(crate) fn wrote(&self, fence: u64, now: u64, hash: u64) -> bool {
+        now.wrapping_sub(fence) <= self.len()
+            && (fence..now).any(|seq| self.hashes[(seq & self.mask) as usize] == hash)
     }
 }
 
@@ -92,6 +94,8 @@ mod tests {
             "70 writes: more than the log remembers"
         );
         assert!(!log.fences(36, 100, 7), "64 writes: all remembered");
+        assert!(log.wrote(36, 100, 1040) && !log.wrote(36, 100, 7));
+        assert!(!log.wrote(30, 100, 1040), "70 writes: not known");
         assert_eq!(WriteLog::new(1 << 40).len(), 1024);
     }
 }

@@ -1003,8 +1003,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     {
         let t = self.table.write();
         let seq = self.writes.load(Ordering::Relaxed);
-        let remembered = seq.wrapping_sub(fence) <= t.writes.len();
-        if remembered && t.writes.fences(fence, seq, hash) {
+        if t.writes.wrote(fence, seq, hash) {
             return None;
         }
         self.remove_with(t, hash, q, RemovalCause::Removed, now)
