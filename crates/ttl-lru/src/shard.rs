@@ -2163,6 +2163,42 @@ mod tests {
         assert_eq!(t.best_pooled(), oldest, "the winner is pooled first");
     }
 
+    /// Main's pick compares the counts its candidates had when pooled and checks only the one
+    /// it picks: a candidate hit since then (a newer stamp, protection, a higher count) is
+    /// pooled again at its new rank, not made the victim by its old count, and the pick
+    /// moves on to a candidate that is as old and as rare as recorded.
+    #[test]
+    fn adaptive_victim_hit_since_pooled_is_not_picked_by_its_old_count() {
+        let s = full_adaptive_shard();
+        let all = sampling_all();
+        // Key 0 (the oldest, count 1) is pooled first: the declined newcomer dueled it.
+        let out = write_value(&s, 5000, NEVER, 1, 300, &all, WriteMode::Plain);
+        assert_eq!(out, WriteOutcome::Declined);
+        assert_eq!(
+            s.table.read().best_pooled(),
+            s.table.read().find_value(h(0), &0).map(At::Value)
+        );
+        // Then it is hit, a resolution apart each time: its count rises to 5 while its
+        // pooled candidate still says 1.
+        for now in [400, 700, 1000, 1300] {
+            assert_eq!(s.get(h(0), &0, now), Some(0));
+        }
+        assert_eq!(resident_count_of(&s, 0), 5);
+        // A newcomer asked for twice before (count 3) beats every untouched key (count 1) but
+        // not key 0: it is stored over one of those, and key 0 stays.
+        {
+            let mut t = s.table.write();
+            let st = t.adaptive.as_deref_mut().expect("adaptive");
+            for _ in 0..2 {
+                st.sketch.record(h(6000), None);
+            }
+        }
+        let out = write_value(&s, 6000, NEVER, 1, 1400, &all, WriteMode::Plain);
+        assert_eq!(out, WriteOutcome::Stored);
+        assert!(s.contains(h(0), &0, 1400), "the key hit since pooled stays");
+        assert!(s.contains(h(6000), &6000, 1400));
+    }
+
     #[test]
     fn adaptive_window_length_matches_the_flags() {
         let s = adaptive_shard(300);

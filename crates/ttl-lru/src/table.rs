@@ -1168,46 +1168,45 @@ impl<K: Eq + Hash, V> Table<K, V> {
     /// Main's victim: of the oldest pooled main candidates (as many as the miniature
     /// simulations chose, [`LFU_PICK`] at most), the least frequent
     /// (the oldest among equals). Recency alone would evict a key of the frequent core that
-    /// merely was not hit lately. The candidates are read in place (only the victim leaves the
-    /// pool); one that no longer ranks as recorded (hit, moved, gone) is settled first, as
-    /// [`settle_region`](Self::settle_region) would, and the pick starts over.
+    /// merely was not hit lately.
+    ///
+    /// The counts compared are the ones recorded when each candidate was pooled, and only the
+    /// chosen one is checked against its entry: one that no longer ranks as recorded (hit,
+    /// moved, gone) is settled, as [`settle_region`](Self::settle_region) would, and the pick
+    /// starts over. A hit only raises a count, so a candidate hit since it was pooled is
+    /// never chosen in the place of a less frequent one; checking every candidate on every
+    /// pick instead cost about 400 of an insert's 3,500 instructions (callgrind, 8,000
+    /// entries) for the same victim but for ties.
     fn main_victim(&mut self, st: &mut State, now: u64, exclude: Option<At>) -> Option<At> {
-        'pick: loop {
+        loop {
             let len = self.pool.len();
-            if len == 0 {
-                return None;
-            }
             let mut best: Option<(u8, usize)> = None;
             // From the oldest: a later candidate must be strictly less frequent to win.
             for pos in (len.saturating_sub(st.minis.pick().min(LFU_PICK))..len).rev() {
-                let c = self.pool.at(pos);
-                let at = At::decode(c.idx);
-                let settled = self.holds(at)
-                    && Some(at) != exclude
-                    && !self.in_window(at)
-                    && self.rank(at, now) <= c.rank;
-                if !settled {
-                    self.pool.remove(pos);
-                    if self.holds(at) && Some(at) != exclude {
-                        let rank = self.rank(at, now);
-                        if self.in_window(at) {
-                            st.window_pool.offer(Candidate {
-                                rank,
-                                idx: c.idx,
-                                freq: 0,
-                            });
-                        } else {
-                            self.offer_main(st, at, rank);
-                        }
-                    }
-                    continue 'pick;
-                }
-                let f = c.freq;
+                let f = self.pool.at(pos).freq;
                 if best.is_none_or(|(bf, _)| f < bf) {
                     best = Some((f, pos));
                 }
             }
-            return best.map(|(_, pos)| At::decode(self.pool.remove(pos).idx));
+            let (_, pos) = best?;
+            let c = self.pool.remove(pos);
+            let at = At::decode(c.idx);
+            if !self.holds(at) || Some(at) == exclude {
+                continue;
+            }
+            let rank = self.rank(at, now);
+            if self.in_window(at) {
+                st.window_pool.offer(Candidate {
+                    rank,
+                    idx: c.idx,
+                    freq: 0,
+                });
+            } else if rank <= c.rank {
+                return Some(at);
+            } else {
+                // Hit since pooled: its count may have moved too.
+                self.offer_main(st, at, rank);
+            }
         }
     }
 
