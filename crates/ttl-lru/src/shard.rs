@@ -2199,6 +2199,51 @@ mod tests {
         assert!(s.contains(h(6000), &6000, 1400));
     }
 
+    /// A pooled victim that expired since it was pooled leaves without a duel, whatever its
+    /// count: a dead entry can never be served again, so it must not make a live newcomer
+    /// (or the window's candidate) lose. (Found by review: a frequent short-lived entry,
+    /// pooled while alive, turned newcomers away after it expired.)
+    #[test]
+    fn adaptive_expired_pooled_victim_leaves_without_a_duel() {
+        let s = adaptive_shard(100);
+        // Key 0, the oldest, expires at 500 ms; the others never.
+        for k in 0..100 {
+            let expires = if k == 0 { 500 } else { NEVER };
+            write_value(&s, k, expires, 1, k, &cfg(), WriteMode::Plain);
+        }
+        // Key 0 is the least frequent entry (count 2 against 16), but more frequent than a
+        // newcomer (1).
+        {
+            let t = s.table.write();
+            let ages = t.adaptive.as_ref().map_or(0, |st| st.sketch.ages());
+            for k in 0..100 {
+                let i = t.find_value(h(k), &k).expect("stored");
+                let count = if k == 0 {
+                    2
+                } else {
+                    crate::adaptive::MAX_FREQUENCY
+                };
+                t.slot(i).set_count(count, ages);
+            }
+        }
+        // Pooled while alive: the declined newcomer dueled it (and lost to its count).
+        let all = sampling_all();
+        let out = write_value(&s, 5000, NEVER, 1, 300, &all, WriteMode::Plain);
+        assert_eq!(out, WriteOutcome::Declined);
+        let held = |k: u64| s.table.read().find_value(h(k), &k).is_some();
+        assert!(held(0));
+        // After its expiry, a newcomer (one sample: almost surely not key 0's place) is
+        // stored over it.
+        let one = ShardConfig {
+            samples: 1,
+            swr_ms: 0,
+        };
+        let out = write_value(&s, 6000, NEVER, 1, 1000, &one, WriteMode::Plain);
+        assert_eq!(out, WriteOutcome::Stored);
+        assert!(!held(0), "the expired entry left");
+        assert!(held(6000));
+    }
+
     #[test]
     fn adaptive_window_length_matches_the_flags() {
         let s = adaptive_shard(300);

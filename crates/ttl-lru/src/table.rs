@@ -1086,9 +1086,10 @@ impl<K: Eq + Hash, V> Table<K, V> {
             let c = self.settle_region(st, true, now, exclude);
             let v = self.main_victim(st, now, exclude);
             match (c, v) {
-                // Main's victim went idle since it was pooled: it leaves without a duel, and
-                // the window's candidate, taken from its pool for the duel, goes back to it.
-                (c, Some(v)) if self.idle_expired(v, now) => {
+                // Main's victim expired or went idle since it was pooled (it can never be
+                // served again): it leaves without a duel, whatever its count, and the
+                // window's candidate, taken from its pool for the duel, goes back to it.
+                (c, Some(v)) if self.is_dead(v, now, cfg.swr_ms) || self.idle_expired(v, now) => {
                     if let Some(c) = c {
                         let rank = self.rank(c, now);
                         st.window_pool.offer(Candidate {
