@@ -34,7 +34,8 @@
 //! A hit writes its entry's own stamp word while its count rises (none once the count is 16,
 //! at most 16 per aging) or to protect it (a main entry's first hit), and counts itself in its
 //! thread's [`HitBuffer`] for the shard, where it also appends the key's hash if the miniature
-//! simulations sample it (one key in `max(4, capacity / 1000)`). Nothing shared is written
+//! simulations sample it (one key in `max(4, capacity / 1000)`, none while they rest:
+//! `minisim.rs`). Nothing shared is written
 //! but once per [`HIT_BUFFER`] sampled hits of a thread: the hit that fills the buffer drains
 //! it under the shard's write lock if that is free at once (`ShardLock::try_write`), else the
 //! buffer drops hashes until the thread's next insert into the shard drains it under the
@@ -77,7 +78,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 pub(crate) use crate::admission::MAX_FREQUENCY;
-use crate::minisim::{IDLE, MiniSims, SKETCH_PERIOD, SKETCH_WIDTH};
+use crate::minisim::{IDLE, MiniSims, RestClock, SKETCH_PERIOD, SKETCH_WIDTH};
 use crate::pool::EvictionPool;
 use crate::stats::CachePadded;
 use crate::sync::Ordering;
@@ -281,6 +282,8 @@ pub(crate) struct State {
     /// duel needs no checkpoint search (kept by [`checkpoint`](Self::checkpoint), which
     /// follows every change of the request clock).
     idle_before: usize,
+    /// The simulations' rest as this shard counts it.
+    rest: RestClock,
 }
 
 impl State {
@@ -309,6 +312,7 @@ impl State {
             requests: 0,
             checkpoints: VecDeque::with_capacity(CHECKPOINTS),
             idle_before: 0,
+            rest: RestClock::default(),
         }
     }
 
@@ -328,6 +332,8 @@ impl State {
         }
         self.minis.feed(&sampled.hashes[..sampled.len]);
         self.requests += 1;
+        self.minis
+            .count_rest(&mut self.rest, self.requests, self.capacity);
         self.checkpoint(now);
         self.target = self.minis.share() * self.capacity as f64;
         self.sketch.frequency(hash)

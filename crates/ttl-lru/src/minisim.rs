@@ -38,7 +38,15 @@
 //! 3 x 1,000 simulated entries of 24 bytes, one index for all copies (a key's place in each:
 //! a sampled request is looked up once, not 3 times; at most 3,000 keys) and 3 sketches of
 //! 20 KB. Work: 3 simulated accesses per sampled request, so 0.75 per request of a cache
-//! under 4,000 entries, 3 per 1,000 requests of a 1M-entry cache.
+//! under 4,000 entries, 3 per 1,000 requests of a 1M-entry cache, while the copies replay.
+//!
+//! They rest once their pick has settled (the same copy won [`STABLE_PERIODS`] periods in a
+//! row): sampling stops (the bound every hit compares against is 0) for one period of
+//! requests, then twice as long after each rest whose next period picks the same copy, up to
+//! [`REST_PERIODS`]; a change of pick starts over. Each shard counts the rest on its own
+//! request clock (its misses and drained hits, `adaptive.rs`), and the first to reach the end
+//! wakes the copies; they then replay a capacity of requests unscored (what they held before
+//! the rest is old) before their misses count again. Settled, they replay one period in 9.
 
 use std::collections::HashMap;
 
@@ -67,6 +75,20 @@ const MIN_RATE: u64 = 4;
 const PERIOD: u64 = 8;
 /// Each period's score: its misses plus this share of the last score.
 const DECAY: f64 = 0.5;
+/// The copies rest once this many periods in a row picked the same copy: nothing is sampled
+/// (a hit's [`sampled`](MiniSims::sampled) is one compare against 0, and no hit buffer
+/// fills) for a rest of requests, then they replay again; the first rest after a change of
+/// pick lasts one period, each next one twice the last, up to [`REST_PERIODS`]. Most of the
+/// adaptive policy's cost on a small cache is the copies' (`hitprobe` get at 10,000 entries:
+/// 23-35 ns with them replaying, 18 without); once settled they replay one period in 9. A
+/// fixed rest of 3 periods after 2 agreeing picks lost up to 1.1 points on OLTP at 5,000 to
+/// 15,000 blocks and 0.56 on shift 10% (a trace a few periods long whose share drifts); the
+/// doubling rest keeps every cell within 0.1 point of replaying all the time but shift 1%
+/// at one shard (-0.44 against -0.31 from the best peer; docs/benchmarks.md, "Session 17").
+const STABLE_PERIODS: u32 = 3;
+/// The longest rest, in periods of requests (a period: `PERIOD` capacities of requests; each
+/// shard counts its own, `PERIOD x` its share per period of rest).
+pub(crate) const REST_PERIODS: u64 = 8;
 /// Adjacent samples and pool size per region of a copy: fewer than the store's (10 and 16
 /// when this was measured; 6 and 8 since session 11), as
 /// cheaper copies still rank the shares as the store's eviction would (lab, `msamp=4,mpool=4`:
@@ -107,6 +129,10 @@ pub(crate) struct MiniSims {
     pick: AtomicU64,
     /// Seeds the copies' sampling (kept for a resize).
     seed: u64,
+    /// Counts the copies' rests: odd while they rest ([`STABLE_PERIODS`]).
+    rest: AtomicU64,
+    /// The current rest's length, in periods.
+    rest_periods: AtomicU64,
     sims: parking_lot::Mutex<Sims>,
 }
 
@@ -126,6 +152,18 @@ struct Sims {
     misses: [u64; COPIES],
     seen: u64,
     period: u64,
+    /// The sampling bound while the copies replay (`MiniSims::below` is 0 while they rest).
+    active_below: u64,
+    /// The copy the last pick chose, and how many picks in a row chose it.
+    last_best: usize,
+    stable: u32,
+    /// Rests since the pick last changed: each rest is twice the last (1 period first), up
+    /// to [`REST_PERIODS`].
+    rests: u32,
+    /// Sampled requests still to replay without scoring after a rest: the copies refill with
+    /// the requests of now before their misses count again (what they held before the rest
+    /// favours the copies that keep old entries).
+    warmup: u64,
 }
 
 impl Sims {
@@ -150,6 +188,11 @@ impl Sims {
             misses: [0; COPIES],
             seen: 0,
             period: PERIOD * size,
+            active_below: u64::MAX / rate,
+            last_best: 0,
+            stable: 0,
+            rests: 0,
+            warmup: 0,
         };
         (u64::MAX / rate, sims)
     }
@@ -164,6 +207,8 @@ impl MiniSims {
             share: AtomicU64::new(0f64.to_bits()),
             pick: AtomicU64::new(GRID[0].1 as u64),
             seed,
+            rest: AtomicU64::new(0),
+            rest_periods: AtomicU64::new(1),
             sims: parking_lot::Mutex::new(sims),
         }
     }
@@ -178,6 +223,46 @@ impl MiniSims {
         let (below, fresh) = Sims::sized(capacity, self.seed);
         *sims = fresh;
         self.below.store(below, Ordering::Relaxed);
+        // Fresh copies replay at once (a rest ends here).
+        let rest = self.rest.load(Ordering::Relaxed);
+        self.rest.store(rest + (rest & 1), Ordering::Relaxed);
+    }
+
+    /// Counts a shard's request toward the end of the copies' rest, if they rest: each shard
+    /// measures the rest on its own request clock (`requests`, for a share of `capacity`
+    /// entries), and the first to reach its end wakes the copies. `clock` is the shard's
+    /// record of the rest it last saw.
+    #[inline]
+    pub(crate) fn count_rest(&self, clock: &mut RestClock, requests: u64, capacity: u64) {
+        let rest = self.rest.load(Ordering::Relaxed);
+        if rest & 1 == 0 {
+            return;
+        }
+        if clock.rest != rest {
+            clock.rest = rest;
+            clock.wake_at =
+                requests + self.rest_periods.load(Ordering::Relaxed) * PERIOD * capacity.max(1);
+        } else if requests >= clock.wake_at {
+            self.wake(rest);
+        }
+    }
+
+    /// Ends rest number `rest` (if no other shard has): sampling resumes, and the copies
+    /// replay a copy's capacity of requests before their misses count again.
+    #[cold]
+    fn wake(&self, rest: u64) {
+        let mut sims = self.sims.lock();
+        if self.rest.load(Ordering::Relaxed) == rest {
+            sims.warmup = sims.minis[0].capacity as u64;
+            self.below.store(sims.active_below, Ordering::Relaxed);
+            self.rest.store(rest + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the copies rest (tests).
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) fn resting(&self) -> bool {
+        self.rest.load(Ordering::Relaxed) & 1 == 1
     }
 
     /// Whether requests for `hash` are replayed by the copies.
@@ -214,14 +299,19 @@ impl MiniSims {
             sims.clock += 1;
             let now = sims.clock;
             let held = sims.index.get(&h).copied().unwrap_or([ABSENT; COPIES]);
+            let scored = sims.warmup == 0;
+            sims.warmup = sims.warmup.saturating_sub(1);
             for (c, &at) in held.iter().enumerate() {
                 let place = Place {
                     index: &mut sims.index,
                     copy: c,
                 };
-                if !sims.minis[c].access(h, at, now, &sims.sketches[c], place) {
+                if !sims.minis[c].access(h, at, now, &sims.sketches[c], place) && scored {
                     sims.misses[c] += 1;
                 }
+            }
+            if !scored {
+                continue;
             }
             sims.seen += 1;
             if sims.seen >= sims.period {
@@ -238,6 +328,23 @@ impl MiniSims {
                     .store(sims.minis[best].share.to_bits(), Ordering::Relaxed);
                 self.pick
                     .store(sims.minis[best].pick as u64, Ordering::Relaxed);
+                sims.stable = if best == sims.last_best {
+                    sims.stable + 1
+                } else {
+                    sims.rests = 0;
+                    1
+                };
+                sims.last_best = best;
+                if sims.stable >= STABLE_PERIODS {
+                    // Settled: rest (the shards' request clocks end it, `count_rest`).
+                    self.below.store(0, Ordering::Relaxed);
+                    let periods = (1u64 << sims.rests.min(16)).min(REST_PERIODS);
+                    sims.rests += 1;
+                    self.rest_periods.store(periods, Ordering::Relaxed);
+                    let rest = self.rest.load(Ordering::Relaxed);
+                    self.rest.store(rest | 1, Ordering::Relaxed);
+                    return;
+                }
             }
         }
     }
@@ -259,6 +366,14 @@ impl MiniSims {
             .map(|(m, s)| (m.share, m.pick, s))
             .collect()
     }
+}
+
+/// A shard's view of the copies' rest: which rest it last saw, and at which of its requests
+/// that rest ends (`MiniSims::count_rest`).
+#[derive(Debug, Default)]
+pub(crate) struct RestClock {
+    rest: u64,
+    wake_at: u64,
 }
 
 /// Marks a copy that does not hold a key (copies hold at most [`MINI_SIZE`] entries).
@@ -690,6 +805,63 @@ mod tests {
             m.feed(chunk);
         }
         assert!(m.share() < 0.05, "share {} {:?}", m.share(), m.scores());
+    }
+
+    /// Once one copy wins [`STABLE_PERIODS`] picks in a row the copies rest: no key is
+    /// sampled (a hit pays one compare and fills no buffer) until a shard has counted the
+    /// rest's requests on its own clock. Each rest in a row is twice the last (one period of
+    /// the shard's requests first), up to [`REST_PERIODS`]; after a rest the copies replay a
+    /// capacity of requests unscored before their misses count again.
+    #[test]
+    fn settled_copies_rest_until_a_shard_has_counted_the_rest() {
+        // 8,000 entries: copies of 1,000, one key in 8 sampled, a pick per 8,000 samples.
+        let m = MiniSims::new(8_000, 1);
+        let sampled_now = |m: &MiniSims| (0..10_000u64).filter(|&h| m.sampled(fmix64(h))).count();
+        assert!(sampled_now(&m) > 1_000);
+        // A loop a little longer than the copies: the shut window wins every period.
+        let mut next = 0u64;
+        let mut feed_until_rest = |m: &MiniSims| {
+            let mut fed = 0;
+            while !m.resting() {
+                let chunk: Vec<u64> = (next..next + 8).map(|i| fmix64(i % 1_100)).collect();
+                m.feed(&chunk);
+                next += 8;
+                fed += 8;
+                assert!(fed <= 5 * PERIOD * 1_000, "no rest after {fed} samples");
+            }
+            fed
+        };
+        let fed = feed_until_rest(&m);
+        assert_eq!(fed, STABLE_PERIODS as u64 * PERIOD * 1_000);
+        assert_eq!(
+            sampled_now(&m),
+            0,
+            "nothing is sampled while the copies rest"
+        );
+        // A shard holding a share of 1,000 entries: the first rest lasts one period of its
+        // requests (8,000), counted from the request at which it first sees the rest.
+        let mut clock = RestClock::default();
+        m.count_rest(&mut clock, 100, 1_000);
+        m.count_rest(&mut clock, 100 + PERIOD * 1_000 - 1, 1_000);
+        assert!(m.resting());
+        m.count_rest(&mut clock, 100 + PERIOD * 1_000, 1_000);
+        assert!(!m.resting());
+        assert!(sampled_now(&m) > 1_000, "sampling resumed");
+        // The same copy wins the next period (after a capacity of unscored replays): a rest
+        // twice as long.
+        let fed = feed_until_rest(&m);
+        assert_eq!(fed, 1_000 + PERIOD * 1_000);
+        let start = 50_000;
+        m.count_rest(&mut clock, start, 1_000);
+        m.count_rest(&mut clock, start + 2 * PERIOD * 1_000 - 1, 1_000);
+        assert!(m.resting());
+        m.count_rest(&mut clock, start + 2 * PERIOD * 1_000, 1_000);
+        assert!(!m.resting());
+        // A resize starts fresh copies, which replay at once.
+        feed_until_rest(&m);
+        m.resize(16_000);
+        assert!(!m.resting());
+        assert!(sampled_now(&m) > 500);
     }
 
     #[test]
