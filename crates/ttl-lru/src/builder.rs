@@ -254,7 +254,9 @@ where
 
     /// How long a read-through fill's error is cached and returned to later callers without
     /// running the fill again. Default 0: errors are not cached. Also the back-off before a
-    /// failed stale-while-revalidate refresh is retried.
+    /// failed stale-while-revalidate refresh is retried. In a full cache the default policy
+    /// admits a new key's error as it admits a value, by the key's misses: a key asked for
+    /// once may not be cached, one that keeps failing is, after a few misses.
     pub fn negative_ttl(mut self, ttl: Duration) -> Self {
         self.negative_ttl = ttl;
         self

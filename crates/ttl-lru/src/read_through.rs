@@ -111,9 +111,10 @@ where
 {
     /// Returns the cached value, or runs `fill` once for all concurrent callers of `key` and caches
     /// its value for `ttl_fn(&value)` (or its error for `negative_ttl`). In a full cache the
-    /// default policy may decline a new key's value (less frequent than what it would evict;
-    /// counted in `Stats::rejections`): every caller still gets it, and the key's next miss
-    /// fills again, counting toward its admission.
+    /// default policy may decline a new key's value or cached error (less frequent than what
+    /// it would evict; counted in `Stats::rejections`): every caller still gets it, and the
+    /// key's next miss fills again, counting toward its admission (a key that keeps failing
+    /// has its error cached after a few misses; a scan of bad keys does not flush the cache).
     ///
     /// The fill runs in this caller's task; `fill` is called only if this caller leads. A stale
     /// value inside the stale-while-revalidate window is returned at once as [`Source::Stale`] while

@@ -250,6 +250,47 @@ async fn errors_are_cached_for_negative_ttl() {
     assert_eq!(got.value, 3);
 }
 
+/// In a full cache the default policy admits a new key's cached error as it admits a value:
+/// by the key's misses against what it would displace. A broken key asked for once is not
+/// worth a frequent entry (a scan of bad keys must not flush the cache); one asked for
+/// again and again is cached after a few misses, and then shields the origin.
+#[tokio::test(start_paused = true)]
+async fn a_full_cache_caches_an_error_once_its_key_is_asked_for_often() {
+    let c: Cache<u64, u64> = Cache::builder(100)
+        .shards(1)
+        .seed(5)
+        .clock(TokioClock::new())
+        .negative_ttl(Duration::from_secs(60))
+        .build();
+    for k in 0..100 {
+        assert_eq!(c.insert(k, k, Duration::MAX), Ok(true));
+        for _ in 0..3 {
+            c.get(&k);
+        }
+    }
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut calls = 0;
+    while calls < 32 {
+        calls += 1;
+        let r = Arc::clone(&runs);
+        let e = c
+            .get_or_try_insert(5000, forever, move || async move {
+                r.fetch_add(1, Ordering::SeqCst);
+                Err::<u64, _>(Boom(0))
+            })
+            .await;
+        assert!(e.is_err());
+        if runs.load(Ordering::SeqCst) < calls {
+            break;
+        }
+    }
+    let runs = runs.load(Ordering::SeqCst);
+    assert!(runs >= 2, "the first error was declined: {runs} fills");
+    assert!(runs < calls, "the error was cached after {runs} fills");
+    assert!(c.stats().rejections >= 1);
+    assert_eq!(c.len(), 100);
+}
+
 #[tokio::test(start_paused = true)]
 async fn negative_ttl_zero_does_not_cache_errors() {
     let c = cache(10);
