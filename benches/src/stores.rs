@@ -33,6 +33,13 @@ pub trait Store: Send + Sync {
             self.insert(k, k);
         }
     }
+    /// Writes of new keys the store's admission policy turned away so far (ttl-lru's
+    /// `Stats::rejections`; 0 for a store that admits every write): a timed insert or fill
+    /// that was declined did less work than one that evicted and stored (`hitprobe` prints
+    /// it beside the time).
+    fn declined(&self) -> u64 {
+        0
+    }
     /// Looks up every key through the store's read-through path (each a miss that runs a
     /// trivial fill and stores its value), inside one current-thread runtime; `false` if the
     /// store has no such path (`hitprobe`'s `fill` mode).
@@ -152,8 +159,12 @@ impl Store for TtlLruStore {
         self.0.get(&key)
     }
     fn insert(&self, key: u64, value: u64) {
-        // Only a weigher or capacity 0 can refuse an entry; neither is configured here.
+        // No weigher and a capacity above 0, so no error; the default policy may decline a
+        // new key at capacity (`Ok(false)`, counted by `declined`).
         let _ = self.0.insert(key, value, Duration::from_secs(3600));
+    }
+    fn declined(&self) -> u64 {
+        self.0.stats().rejections
     }
 }
 
