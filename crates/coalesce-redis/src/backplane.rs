@@ -16,9 +16,10 @@
 //! subscriber is disconnected is lost for it. The subscriber task notices a loss when its
 //! connection closes or a `PING` on it (every `ping_interval`) fails or times out, or when its
 //! node, a primary when last asked, answers `ROLE` as a replica (a failover behind the same
-//! address: asked with each ping on a plain connection opened with the subscription; the
-//! acknowledgement and second-level connections start over with it), then
-//! reconnects on its own (after `reconnect_backoff`, forever). Once `SUBSCRIBE` is confirmed
+//! address: asked with each ping on a plain connection opened with the subscription, which
+//! also checks that it reaches the subscription's node), then reconnects on its own (after
+//! `reconnect_backoff`, forever). After any loss of a live subscription the acknowledgement
+//! and second-level connections start over too: the address may lead elsewhere now. Once `SUBSCRIBE` is confirmed
 //! again it calls [`L1Sink::invalidate_all`] on every attached tier: every L1 entry stored
 //! before that moment is dropped and every fill that started before it is fenced. This is a
 //! superset of "entries written before the loss": an entry written during the gap may also have
@@ -59,9 +60,11 @@ pub struct BackplaneStats {
     pub received: u64,
     /// Messages that did not parse (ignored after dropping every L1 entry).
     pub malformed: u64,
-    /// Acknowledgements sent.
+    /// Acknowledgements sent and received by the invalidating process's subscription.
     pub acks_sent: u64,
-    /// Acknowledgements that could not be published.
+    /// Acknowledgements that could not be published, or that nobody received (the
+    /// invalidating process gone, or the acknowledgement connection on another node than its
+    /// subscription).
     pub ack_failures: u64,
     /// Fill announcements received (another process's fenced write landed in L2).
     pub fills_received: u64,
@@ -321,6 +324,13 @@ async fn subscribe_forever(shared: Arc<Shared>) {
         if shared.live.load(Relaxed) {
             shared.set_live(false);
             shared.counters.losses.fetch_add(1, Relaxed);
+            // The address may lead elsewhere now (a failover or a move behind it): the
+            // acknowledgement and second-level connections made through it start over with
+            // the next subscription, whatever ended this one. (Only a demotion did this
+            // before; a loss by timeout or a closed connection in the same failover left the
+            // acks published on the old node, where the origin no longer listens.)
+            shared.acks.reset();
+            shared.l2.reset();
         }
         // The address may point at the demoted node for a while (a DNS ttl): each
         // re-subscription there ends again and empties L1, so those back off further.
@@ -368,6 +378,8 @@ enum Lost {
     Closed,
     #[error("the subscription's node became a replica (a failover behind the same address)")]
     Demoted,
+    #[error("the role probe reached another node than the subscription's (the address moved)")]
+    Unpaired,
 }
 
 async fn bounded<T>(
@@ -417,9 +429,8 @@ async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
                 // Side by side: the messages wait for the longer of the two, not their sum.
                 let (pinged, role) = tokio::join!(
                     bounded(s.command_timeout, sink.ping::<redis::Value>()),
-                    probe.role(shared),
+                    probe.role(shared, &acks),
                 );
-                pinged?;
                 // A failover behind the same address leaves this subscription on the old
                 // primary, where PING, PUBLISH and reads go on working, so nothing else ends
                 // it: a full resync there drops messages, and a replica cut off from the new
@@ -427,19 +438,27 @@ async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
                 // primary (on any subscription: Sentinel kills the old primary's clients, and
                 // the next subscription may land on it again while the address still points
                 // there); one pointed at a replica from the start never re-subscribes for it.
+                // The role is read before the ping's outcome: a demoted node loading the new
+                // primary's data may fail the ping in the same tick (`-LOADING`).
                 match role {
-                    Some(true) => {
+                    Role::Primary => {
                         shared.seen_primary.store(true, Relaxed);
                         shared.demotions.store(0, Relaxed);
                     }
-                    Some(false) if shared.seen_primary.load(Relaxed) => {
+                    Role::Replica if shared.seen_primary.load(Relaxed) => {
                         shared.demotions.fetch_add(1, Relaxed);
-                        shared.acks.reset();
-                        shared.l2.reset();
                         return Err(Lost::Demoted);
                     }
-                    _ => {}
+                    // Counted as a demotion for the back-off: an address that keeps sending the
+                    // two connections to different nodes (round-robin DNS) re-subscribes less
+                    // and less often instead of once per ping.
+                    Role::Unpaired => {
+                        shared.demotions.fetch_add(1, Relaxed);
+                        return Err(Lost::Unpaired);
+                    }
+                    Role::Replica | Role::Unknown => {}
                 }
+                pinged?;
             }
         }
     }
@@ -449,6 +468,13 @@ async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
 /// connection takes no command but PING in RESP2's pub/sub mode). Optional: without it (a
 /// connect refused, `ROLE` not allowed) the subscription works as before, blind to a failover
 /// behind its address.
+///
+/// Opened through the same address as the subscription, it usually reaches the same node,
+/// but not always: reopened after a break (Sentinel closes a node's normal clients, not its
+/// pub/sub ones) it follows the address, which may lead to the new primary by then, and would
+/// answer "primary" for a subscription left on the demoted node. So each ask also checks the
+/// pairing: `PUBSUB NUMSUB` of this backplane's own ack channel, which only its subscription
+/// subscribes to and which a node counts for its own clients only, must be at least 1.
 struct Probe {
     connection: Option<redis::aio::MultiplexedConnection>,
     /// Said once per subscription: `ROLE` was refused.
@@ -481,47 +507,87 @@ impl Probe {
         }
     }
 
-    /// The node's role: `Some(true)` primary, `Some(false)` replica, `None` unknown (no
-    /// answer in time, a refusal, an unknown role). A connection that broke is opened again at
-    /// the next ask (a network blip, an idle cut, Sentinel killing normal clients).
-    async fn role(&mut self, shared: &Shared) -> Option<bool> {
+    /// The role of the node this probe reaches, or [`Role::Unpaired`] if that node does not
+    /// hold this backplane's subscription (its `acks` channel). A connection that broke is
+    /// opened again at the next ask (a network blip, an idle cut, Sentinel killing normal
+    /// clients).
+    async fn role(&mut self, shared: &Shared, acks: &str) -> Role {
         if self.connection.is_none() {
             self.connection = Self::connect(shared).await;
         }
-        let connection = self.connection.as_mut()?;
+        let Some(connection) = self.connection.as_mut() else {
+            return Role::Unknown;
+        };
         let limit = shared.settings.command_timeout;
-        let answer = timeout(
-            limit,
-            redis::cmd("ROLE").query_async::<redis::Value>(connection),
-        )
-        .await;
-        match answer {
-            Ok(Ok(redis::Value::Array(parts))) => match parts.first() {
-                Some(redis::Value::BulkString(role)) if role.as_slice() == b"master" => Some(true),
-                Some(redis::Value::BulkString(role))
-                    if role.as_slice() == b"slave" || role.as_slice() == b"replica" =>
-                {
-                    Some(false)
+        let mut pipe = redis::pipe();
+        pipe.cmd("ROLE").cmd("PUBSUB").arg("NUMSUB").arg(acks);
+        let asked = pipe.query_async::<(redis::Value, redis::Value)>(connection);
+        match timeout(limit, asked).await {
+            Ok(Ok((role, numsub))) => {
+                if subscribers(&numsub) == Some(0) {
+                    return Role::Unpaired;
                 }
-                _ => None,
-            },
+                parse_role(&role)
+            }
             Ok(Err(error))
                 if error.is_connection_dropped()
                     || error.is_io_error()
                     || error.is_unrecoverable_error() =>
             {
                 self.connection = None;
-                None
+                Role::Unknown
             }
             Ok(Err(error)) => {
                 if !self.warned {
                     self.warned = true;
-                    tracing::warn!(%error, "ROLE refused: a failover behind the backplane's address goes unnoticed");
+                    tracing::warn!(%error, "ROLE or PUBSUB NUMSUB refused: a failover behind the backplane's address goes unnoticed");
                 }
-                None
+                Role::Unknown
             }
-            Ok(Ok(_)) | Err(_) => None,
+            Err(_) => Role::Unknown,
         }
+    }
+}
+
+/// What the role probe learned of the subscription's node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Primary,
+    Replica,
+    /// The probe reached a node that does not hold this backplane's subscription.
+    Unpaired,
+    /// No answer in time, a refusal, an unknown role.
+    Unknown,
+}
+
+fn parse_role(role: &redis::Value) -> Role {
+    match role {
+        redis::Value::Array(parts) => match parts.first() {
+            Some(redis::Value::BulkString(r)) if r.as_slice() == b"master" => Role::Primary,
+            Some(redis::Value::BulkString(r))
+                if r.as_slice() == b"slave" || r.as_slice() == b"replica" =>
+            {
+                Role::Replica
+            }
+            _ => Role::Unknown,
+        },
+        _ => Role::Unknown,
+    }
+}
+
+/// The subscriber count of a `PUBSUB NUMSUB` reply for one channel (`[name, count]`, a map
+/// in RESP3), if it has that shape.
+fn subscribers(reply: &redis::Value) -> Option<i64> {
+    match reply {
+        redis::Value::Array(parts) => match parts.as_slice() {
+            [_, redis::Value::Int(n)] => Some(*n),
+            _ => None,
+        },
+        redis::Value::Map(pairs) => match pairs.as_slice() {
+            [(_, redis::Value::Int(n))] => Some(*n),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -583,7 +649,11 @@ fn handle(shared: &Arc<Shared>, acks: &str, message: &redis::Msg) {
             })
             .await;
         match sent {
-            Ok(_) => shared.counters.acks_sent.fetch_add(1, Relaxed),
+            Ok(receivers) if receivers > 0 => shared.counters.acks_sent.fetch_add(1, Relaxed),
+            Ok(_) => {
+                tracing::debug!("backplane acknowledgement reached no subscriber");
+                shared.counters.ack_failures.fetch_add(1, Relaxed)
+            }
             Err(error) => {
                 tracing::warn!(%error, "backplane acknowledgement not sent");
                 shared.counters.ack_failures.fetch_add(1, Relaxed)

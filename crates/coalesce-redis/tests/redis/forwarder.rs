@@ -109,3 +109,32 @@ pub(crate) async fn fail_over(old: &RedisServer, new: &RedisServer, address: &Fo
         .unwrap();
     address.retarget(new.port());
 }
+
+/// A failover behind `address` whose tooling first moves the address, then closes the old
+/// primary's normal clients (`CLIENT KILL TYPE normal`, as Sentinel does; pub/sub clients
+/// stay), then makes it a replica of `new`.
+pub(crate) async fn fail_over_killing_clients(
+    old: &RedisServer,
+    new: &RedisServer,
+    address: &Forwarder,
+) {
+    address.retarget(new.port());
+    let admin = redis::Client::open(old.url().as_str()).unwrap();
+    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    // Let every client see its connection close (the backplane's role probe among them)
+    // before the node changes role.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(new.port())
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+}

@@ -87,6 +87,31 @@ fn main() -> std::process::ExitCode {
             },
         ),
         Case::redis(
+            "second_level::a_failover_that_kills_clients_moves_the_backplane",
+            2,
+            |server| {
+                Box::pin(second_level::a_failover_that_kills_clients_moves_the_backplane(server))
+            },
+        ),
+        Case::redis(
+            "second_level::a_move_behind_the_address_takes_every_connection_along",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::a_move_behind_the_address_takes_every_connection_along(server),
+                )
+            },
+        ),
+        Case::redis(
+            "second_level::an_ack_nobody_receives_is_not_counted_as_sent",
+            1,
+            |server| {
+                Box::pin(second_level::an_ack_nobody_receives_is_not_counted_as_sent(
+                    server,
+                ))
+            },
+        ),
+        Case::redis(
             "second_level::wait_subscribed_before_a_tier_is_attached_returns",
             2,
             |server| {

@@ -900,6 +900,100 @@ pub(crate) async fn wait_subscribed_before_a_tier_is_attached_returns(server: Re
 /// start over too). Before, the subscriptions stayed on the old node for good (one
 /// subscription each, no loss counted).
 pub(crate) async fn a_failover_behind_one_address_moves_the_backplane(old_primary: RedisServer) {
+    failover_moves_the_backplane(old_primary, false).await;
+}
+
+/// The same, with the failover's tooling closing the old primary's normal clients before it
+/// demotes it: the role probe's connection breaks and reopens through the address, now to
+/// the new primary, while the subscription stays on the old node. Found by review: the probe
+/// then answered "primary" for a subscription on a replica, for good.
+pub(crate) async fn a_failover_that_kills_clients_moves_the_backplane(old_primary: RedisServer) {
+    failover_moves_the_backplane(old_primary, true).await;
+}
+
+/// A move behind the address (a VIP or DNS name pointed at another server, the old one's
+/// pub/sub clients closed) with no demotion: the lost subscriptions come back on the new
+/// server, and the second-level and acknowledgement connections move with them. Found by
+/// review: only a demotion reset those, so after any other loss the invalidations were
+/// published on the old server (no receivers) and acks went where nobody listened.
+pub(crate) async fn a_move_behind_the_address_takes_every_connection_along(old: RedisServer) {
+    let new = RedisServer::start().expect("a second redis-server");
+    let address = crate::forwarder::Forwarder::start(old.port()).await;
+    let url = address.url();
+    let (a, b) = (process(&url).await, process(&url).await);
+    assert_eq!(read(&a, "k", 1).await, (1, TierSource::Filled));
+    let done = guard(a.tier.invalidate(&"k".to_string()), "invalidate")
+        .await
+        .unwrap();
+    assert_eq!((done.receivers, done.acked), (2, 2), "before the move");
+    address.retarget(new.port());
+    let admin = redis::Client::open(old.url().as_str()).unwrap();
+    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    for p in [&a, &b] {
+        guard(
+            async {
+                while p.l2.backplane_stats().unwrap().subscriptions < 2 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            "a backplane to subscribe again",
+        )
+        .await;
+        guard(p.l2.wait_subscribed(), "subscribe again").await;
+    }
+    assert_eq!(read(&b, "k", 2).await, (2, TierSource::Filled));
+    let done = guard(a.tier.invalidate(&"k".to_string()), "invalidate")
+        .await
+        .unwrap();
+    assert_eq!((done.receivers, done.acked), (2, 2), "after the move");
+    assert_eq!(b.tier.get(&"k".to_string()), None);
+}
+
+/// An acknowledgement that reaches no subscriber (its invalidating process gone, or the
+/// acknowledgement connection on another node than that process's subscription) counts as a
+/// failure, not as sent: `PUBLISH` says how many received it.
+pub(crate) async fn an_ack_nobody_receives_is_not_counted_as_sent(server: RedisServer) {
+    let p = process(&server.url()).await;
+    let client = redis::Client::open(server.url().as_str()).unwrap();
+    let mut publisher = client.get_multiplexed_async_connection().await.unwrap();
+    // An invalidation from an origin nobody is: its ack channel has no subscriber.
+    let mut message = 0xDEAD_BEEF_u64.to_be_bytes().to_vec();
+    message.extend(7u64.to_be_bytes());
+    message.extend(b"k");
+    let receivers: i64 = redis::cmd("PUBLISH")
+        .arg("herd:l2:bp")
+        .arg(message)
+        .query_async(&mut publisher)
+        .await
+        .unwrap();
+    assert_eq!(receivers, 1);
+    let stats = guard(
+        async {
+            loop {
+                let s = p.l2.backplane_stats().unwrap();
+                if s.acks_sent + s.ack_failures > 0 {
+                    return s;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+        "the acknowledgement",
+    )
+    .await;
+    assert_eq!(
+        (stats.received, stats.acks_sent, stats.ack_failures),
+        (1, 0, 1)
+    );
+}
+
+async fn failover_moves_the_backplane(old_primary: RedisServer, kill_clients: bool) {
     let new_primary = RedisServer::start().expect("a second redis-server");
     let address = crate::forwarder::Forwarder::start(old_primary.port()).await;
     let url = address.url();
@@ -907,7 +1001,11 @@ pub(crate) async fn a_failover_behind_one_address_moves_the_backplane(old_primar
     assert_eq!(read(&a, "k", 1).await, (1, TierSource::Filled));
     // Both probes have seen a primary (a ping every 100 ms).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    crate::forwarder::fail_over(&old_primary, &new_primary, &address).await;
+    if kill_clients {
+        crate::forwarder::fail_over_killing_clients(&old_primary, &new_primary, &address).await;
+    } else {
+        crate::forwarder::fail_over(&old_primary, &new_primary, &address).await;
+    }
     for p in [&a, &b] {
         guard(
             async {
