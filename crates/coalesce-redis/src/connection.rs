@@ -27,6 +27,12 @@ use tokio::time::{Instant, timeout};
 ///   every write failed until the socket died, the lease and second level stayed failed open.)
 /// - A failure drops only the connection its command ran on: a late failure of a command sent
 ///   on an older connection leaves the newer one alone.
+/// - A command its caller dropped before any answer (a limit above this one, shorter than
+///   `command_timeout`: a tier's `l2_timeout`) is remembered: if the connection then answers
+///   nothing for `command_timeout` from that command's start, the next call drops it. Without
+///   this, callers that always gave up first never let a command time out here, and a
+///   connection that stopped answering (a half-open socket) was kept until the kernel closed
+///   it, every call failing meanwhile.
 ///
 /// Cheap to clone: clones share the connection and its state.
 #[derive(Clone)]
@@ -50,6 +56,9 @@ struct State {
     down_until: Option<Instant>,
     /// A connect attempt is running on its task.
     connecting: bool,
+    /// When the oldest command its caller dropped unanswered on the current connection
+    /// started, if no command has been answered on it since.
+    unanswered_since: Option<Instant>,
 }
 
 /// Why a connect produced no connection, shared with callers that arrive during the back-off.
@@ -92,11 +101,25 @@ impl Connector {
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let (connection, generation) = self.connection().await?;
-        match timeout(self.command_timeout, command(connection)).await {
-            Ok(Ok(value)) => Ok(value),
+        let mut in_flight = InFlight {
+            connector: self,
+            generation,
+            started: Instant::now(),
+            ended: false,
+        };
+        let outcome = timeout(self.command_timeout, command(connection)).await;
+        in_flight.ended = true;
+        match outcome {
+            Ok(Ok(value)) => {
+                self.answered(generation);
+                Ok(value)
+            }
             Ok(Err(error)) => {
                 if connection_is_done(&error) {
                     self.forget_connection(generation);
+                } else {
+                    // A reply (an error reply is one): the connection answers.
+                    self.answered(generation);
                 }
                 Err(LeaseError::unavailable(error))
             }
@@ -107,11 +130,21 @@ impl Connector {
         }
     }
 
+    /// Connection number `generation` answered a command: it is alive.
+    fn answered(&self, generation: u64) {
+        let mut state = self.state();
+        if state.generation == generation {
+            state.unanswered_since = None;
+        }
+    }
+
     /// Drops the current connection, whichever it is: the next call reconnects (the backplane
     /// found its node demoted, which no reply on this connection may have said: reads and
     /// `PUBLISH` work on a replica).
     pub(crate) fn reset(&self) {
-        self.state().connection = None;
+        let mut state = self.state();
+        state.connection = None;
+        state.unanswered_since = None;
     }
 
     /// Drops connection number `generation` if it is still the current one.
@@ -119,6 +152,7 @@ impl Connector {
         let mut state = self.state();
         if state.generation == generation {
             state.connection = None;
+            state.unanswered_since = None;
         }
     }
 
@@ -184,6 +218,7 @@ impl Connector {
                         state.connection = Some(connection);
                         state.generation += 1;
                         state.down_until = None;
+                        state.unanswered_since = None;
                     }
                     Err(failure) => {
                         tracing::debug!(error = %failure, ?backoff, "redis connect failed");
@@ -203,7 +238,16 @@ impl Connector {
     /// The live connection and its generation, `None` when a connect should be tried, or the
     /// back-off error.
     fn ready(&self) -> Result<Option<(MultiplexedConnection, u64)>, LeaseError> {
-        let state = self.state();
+        let mut state = self.state();
+        // A command dropped unanswered a whole command timeout ago, nothing answered since:
+        // the connection is dead (see the type's docs).
+        if state
+            .unanswered_since
+            .is_some_and(|since| since.elapsed() >= self.command_timeout)
+        {
+            state.connection = None;
+            state.unanswered_since = None;
+        }
         if let Some(connection) = &state.connection {
             return Ok(Some((connection.clone(), state.generation)));
         }
@@ -259,6 +303,28 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
     state
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A command in flight on connection number `generation`; dropped before it ended (its caller
+/// gave up first), it marks the connection as owing an answer since `started`.
+struct InFlight<'a> {
+    connector: &'a Connector,
+    generation: u64,
+    started: Instant,
+    ended: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let mut state = self.connector.state();
+        if state.generation == self.generation && state.connection.is_some() {
+            let since = state.unanswered_since.get_or_insert(self.started);
+            *since = (*since).min(self.started);
+        }
+    }
 }
 
 #[cfg(test)]

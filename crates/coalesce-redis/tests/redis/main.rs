@@ -112,6 +112,15 @@ fn main() -> std::process::ExitCode {
             },
         ),
         Case::redis(
+            "second_level::a_dead_connection_is_replaced_when_callers_give_up_first",
+            1,
+            |server| {
+                Box::pin(
+                    second_level::a_dead_connection_is_replaced_when_callers_give_up_first(server),
+                )
+            },
+        ),
+        Case::redis(
             "second_level::wait_subscribed_before_a_tier_is_attached_returns",
             2,
             |server| {

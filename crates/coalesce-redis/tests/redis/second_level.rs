@@ -993,6 +993,30 @@ pub(crate) async fn an_ack_nobody_receives_is_not_counted_as_sent(server: RedisS
     );
 }
 
+/// A connection that stopped answering is replaced even when every caller gives up before
+/// the connection's own `command_timeout` (a tier's `l2_timeout` below it): a command
+/// abandoned unanswered, with no reply on that connection for `command_timeout` since, marks
+/// it dead. Found by review: only a command that ran to its own timeout dropped the
+/// connection, so with a shorter limit above it every L2 call timed out until the kernel
+/// closed the socket (minutes).
+pub(crate) async fn a_dead_connection_is_replaced_when_callers_give_up_first(server: RedisServer) {
+    use ttl_lru::second_level::SecondLevel;
+    let address = crate::forwarder::Forwarder::start(server.port()).await;
+    let l2 = l2(&address.url(), Duration::from_millis(10), false);
+    assert!(l2.get(b"k").await.is_ok(), "connected (connection 1)");
+    address.hold(1, true);
+    // Callers with a limit of 50 ms, below the connection's 200 ms.
+    let mut answered = false;
+    for _ in 0..40 {
+        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(50), l2.get(b"k")).await {
+            answered = true;
+            break;
+        }
+    }
+    assert!(answered, "every call timed out on the dead connection");
+    assert_eq!(address.accepted(), 2, "one new connection");
+}
+
 async fn failover_moves_the_backplane(old_primary: RedisServer, kill_clients: bool) {
     let new_primary = RedisServer::start().expect("a second redis-server");
     let address = crate::forwarder::Forwarder::start(old_primary.port()).await;
