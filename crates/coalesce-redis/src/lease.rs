@@ -206,8 +206,15 @@ impl RedisLease {
     }
 }
 
+/// How long after an unanswered acquisition's first background release (which deleted
+/// nothing) it is sent again, and again: TCP sends a lost segment again after 0.2, 0.6, 1.4,
+/// 3 and 6.2 s, so a `SET` still in flight lands within these as a rule. Three compare-and-
+/// deletes at most per unanswered acquisition.
+const LATE_SET_RETRIES: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(5)];
+
 /// A `try_acquire` whose `SET` may have run without its answer reaching us: dropped while
-/// armed (`redis_key` set), it releases the token in the background.
+/// armed (`redis_key` set), it releases the token in the background (again later if nothing
+/// was there yet: [`LATE_SET_RETRIES`]).
 struct Unanswered {
     connector: Connector,
     release: redis::Script,
@@ -229,17 +236,31 @@ impl Drop for Unanswered {
             self.token.clone(),
         );
         runtime.spawn(async move {
-            let released = connector
-                .run(|mut connection| async move {
-                    release
-                        .key(&redis_key)
-                        .arg(token.as_str())
-                        .invoke_async::<i64>(&mut connection)
-                        .await
-                })
-                .await;
-            if let Err(error) = released {
-                tracing::debug!(%error, "could not release a lease whose acquisition went unanswered; it expires after its ttl");
+            // Sent at once, then again after each of `LATE_SET_RETRIES` while nothing was
+            // deleted: the `SET` may still be on its way (a lost packet the kernel sends again
+            // after the call gave up, the connection forgotten), and a release that arrives
+            // first finds nothing and cannot stop it.
+            let mut delays = LATE_SET_RETRIES.iter();
+            loop {
+                let (release, redis_key, token) = (&release, &redis_key, &token);
+                let released = connector
+                    .run(|mut connection| async move {
+                        release
+                            .key(redis_key)
+                            .arg(token.as_str())
+                            .invoke_async::<i64>(&mut connection)
+                            .await
+                    })
+                    .await;
+                match released {
+                    Ok(deleted) if deleted > 0 => return,
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::debug!(%error, "could not release a lease whose acquisition went unanswered; it expires after its ttl");
+                    }
+                }
+                let Some(delay) = delays.next() else { return };
+                tokio::time::sleep(*delay).await;
             }
         });
     }
@@ -251,7 +272,8 @@ impl FillLease for RedisLease {
     /// after sending, or dropped) may still have taken the lease, under a token nobody holds:
     /// the key would stay locked for `ttl`, this process's next leader included. So the
     /// compare-and-delete of that token is then sent on a background task (a no-op if the
-    /// `SET` never ran).
+    /// `SET` never ran), and again 1 and 6 s later while it has deleted nothing (a `SET`
+    /// retransmitted late lands after a release that overtook it).
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Acquire, LeaseError> {
         let millis = ttl_millis(ttl)?;
         let token = self.token();

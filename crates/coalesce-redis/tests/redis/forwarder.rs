@@ -1,6 +1,7 @@
 //! A TCP forwarder between the crate's clients and `redis-server`, for what a test must do to
 //! the path between them: point one address at another server (a failover behind a stable DNS
-//! name or virtual IP), or hold one connection's replies back (a slow or stalled server).
+//! name or virtual IP), hold one connection's replies back (a slow or stalled server), or
+//! hold its requests back (a lost packet the client's kernel retransmits later).
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -24,6 +25,9 @@ struct Shared {
     accepted: AtomicUsize,
     /// Connections (numbered from 1, in accept order) whose replies are held back.
     held: Mutex<HashSet<usize>>,
+    /// Connections whose requests are held back (delivered once let through, even if the
+    /// client closed meanwhile, as a kernel delivers what it had sent).
+    requests_held: Mutex<HashSet<usize>>,
 }
 
 impl Forwarder {
@@ -35,6 +39,7 @@ impl Forwarder {
             target: AtomicU16::new(target),
             accepted: AtomicUsize::new(0),
             held: Mutex::new(HashSet::new()),
+            requests_held: Mutex::new(HashSet::new()),
         });
         let state = Arc::clone(&shared);
         tokio::spawn(async move {
@@ -46,8 +51,17 @@ impl Forwarder {
                 };
                 let (mut from_client, mut to_client) = client.into_split();
                 let (mut from_redis, mut to_redis) = redis.into_split();
+                let requests = Arc::clone(&state);
                 tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut from_client, &mut to_redis).await;
+                    let mut buf = vec![0u8; 16 * 1024];
+                    while let Ok(n) = from_client.read(&mut buf).await {
+                        while requests.requests_held.lock().unwrap().contains(&number) {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        if n == 0 || to_redis.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
                 });
                 let state = Arc::clone(&state);
                 tokio::spawn(async move {
@@ -88,6 +102,16 @@ impl Forwarder {
     /// accept order).
     pub(crate) fn hold(&self, number: usize, held: bool) {
         let mut set = self.shared.held.lock().unwrap();
+        if held {
+            set.insert(number);
+        } else {
+            set.remove(&number);
+        }
+    }
+
+    /// Holds back (`true`) or lets through the requests of connection `number`.
+    pub(crate) fn hold_requests(&self, number: usize, held: bool) {
+        let mut set = self.shared.requests_held.lock().unwrap();
         if held {
             set.insert(number);
         } else {

@@ -390,6 +390,70 @@ pub(crate) async fn an_acquisition_that_times_out_does_not_leave_the_lease_held(
     );
 }
 
+/// An acquisition whose `SET` arrives late (a lost packet, retransmitted after the call timed
+/// out and its background release already ran, on a new connection, finding nothing): the
+/// release is sent again, so the lease is not left held by a token nobody has for its ttl.
+/// Found by review: the one release could overtake its own `SET`.
+pub(crate) async fn a_set_that_lands_after_its_release_is_released_again(server: RedisServer) {
+    let address = Forwarder::start(server.port()).await;
+    let lease = RedisLease::builder(address.url())
+        .connect_timeout(Duration::from_secs(5))
+        .command_timeout(Duration::from_millis(100))
+        .reconnect_backoff(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let warm = lease.try_acquire("warm", Duration::from_secs(60)).await;
+    assert!(matches!(warm, Ok(Acquire::Acquired(_))), "{warm:?}");
+    // The `SET` of "k" waits in the network while the call times out and the background
+    // release runs on connection 2.
+    address.hold_requests(1, true);
+    let answer = lease.try_acquire("k", Duration::from_secs(60)).await;
+    assert!(answer.is_err(), "{answer:?}");
+    let admin = redis::Client::open(server.url().as_str()).unwrap();
+    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    tokio::time::timeout(HANG_GUARD, async {
+        while address.accepted() < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the background release connects");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Then the `SET` lands: the lease is held, by a token nobody has.
+    address.hold_requests(1, false);
+    let key = lease.redis_key("k");
+    let landed = tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            let exists: i64 = redis::cmd("EXISTS")
+                .arg(&key)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            if exists == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(landed.is_ok(), "the late SET landed");
+    let released = tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            let exists: i64 = redis::cmd("EXISTS")
+                .arg(&key)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            if exists == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(released.is_ok(), "the late SET's lease is still held");
+}
+
 /// A failover behind one address (a DNS name or virtual IP that moves to the new primary): the
 /// old primary is demoted to a replica, so the lease's connection to it answers `-READONLY` to
 /// every write (a script's too). The call that gets that answer fails open; the lease drops the connection, and

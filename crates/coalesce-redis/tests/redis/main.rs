@@ -75,6 +75,15 @@ fn main() -> std::process::ExitCode {
             || Box::pin(lease::a_redis_that_never_answers_costs_a_timeout_not_a_hang()),
         ),
         Case::redis(
+            "lease::a_set_that_lands_after_its_release_is_released_again",
+            2,
+            |server| {
+                Box::pin(lease::a_set_that_lands_after_its_release_is_released_again(
+                    server,
+                ))
+            },
+        ),
+        Case::redis(
             "conformance::redis_lease_passes_the_lease_suite",
             1,
             |server| Box::pin(conformance::redis_lease_passes_the_lease_suite(server)),
