@@ -1,7 +1,7 @@
 //! Throughput of bounded concurrent stores side by side in one run (issue 3 "Measured"): get-hit,
 //! insert below capacity, insert at capacity at 10K and 1M entries, and a zipf(1.0) 95% get / 5%
 //! insert mix over 1M keys with capacity 100K on 1 and 2 threads. The stores are listed in
-//! `benches::stores::bench_stores` (every peer, and ttl-lru with its opt-in adaptive policy). Short runs by default (1 s warm-up, 3 s measurement, 20 samples)
+//! `benches::stores::bench_stores` (every peer, ttl-lru's default adaptive policy and its sampled LRU). Short runs by default (1 s warm-up, 3 s measurement, 20 samples)
 //! because the reference machine has 2 shared cores; pass criterion flags to override.
 
 // `criterion_group!` generates a `pub fn` that cannot carry a doc comment.

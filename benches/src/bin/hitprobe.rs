@@ -1,10 +1,11 @@
 //! One store's get-hit cost in isolation: builds only the named store, fills it with `entries`
 //! keys, then times `ops` lookups of those keys in a scattered order and prints ns per get. With
 //! `insert` as the fourth argument it times `ops` inserts of new keys instead (at capacity: each
-//! evicts); with `zipf`, `ops` lookups of the same keys drawn zipf(1.0) (every one a hit, most
+//! evicts, or is declined by an admission policy: ttl-lru's default declines most of these
+//! keys, asked for once, and the output says how many); with `zipf`, `ops` lookups of the same keys drawn zipf(1.0) (every one a hit, most
 //! of them on a hot few: what a production read mix looks like, where the uniform order makes
 //! most hits a key's first few); with `fill`, `ops` read-through lookups of new keys (each a
-//! miss whose trivial fill stores its value, at capacity: ttl-lru's `get_or_try_insert`,
+//! miss whose trivial fill stores its value or has it declined, at capacity: ttl-lru's `get_or_try_insert`,
 //! quick_cache's `get_value_or_guard_async`; the criterion `coalesce/uncontended_miss` group
 //! measures the same below its target size).
 //!

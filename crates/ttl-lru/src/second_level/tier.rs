@@ -30,7 +30,8 @@ const MIN_L2_TTL: Duration = Duration::from_millis(1);
 pub enum TierSource {
     /// A fresh value in this process's L1.
     L1,
-    /// This call's leader found it in L2 (stored in L1 for L2's remaining ttl).
+    /// This call's leader found it in L2 (stored in L1 for L2's remaining ttl, unless a full
+    /// L1's admission policy declined it).
     L2,
     /// Another process filled it while this one waited for the fleet lease.
     Fleet,
@@ -233,7 +234,7 @@ where
 /// 2. **L1 miss**: the cache's read-through coalesces this process's callers; only its leader
 ///    goes on. The leader reads the key's L2 version, then the value: an L2 hit is decoded and
 ///    stored in L1 for the time L2 has left (measured from before the L2 request was sent, so
-///    never longer than L2 keeps it).
+///    never longer than L2 keeps it; a full L1 may decline a new key, as any insert).
 /// 3. **L2 miss**: with a fleet lease, the leader takes it (or waits for the holder, re-checking
 ///    L2 when the holder's write is announced on the backplane ([`L1Sink::filled_encoded`]) and
 ///    every poll interval in case the announcement is lost; a holder that died loses its lease
