@@ -769,14 +769,19 @@ impl Inner {
         *request.uri_mut() = uri;
         *request.headers_mut() = parts.headers.clone();
         strip_hop_by_hop(request.headers_mut());
-        // HTTP/2 clients name the host in `:authority` only; without this the origin would get
-        // the upstream's address as `Host` (hyper's client fills it in) and answer, or build
-        // its redirects, for the wrong site, under the client's cache key.
-        if !request.headers().contains_key(header::HOST)
-            && let Some(host) = parts.uri.authority()
-            && let Ok(value) = HeaderValue::from_str(host.as_str())
-        {
-            request.headers_mut().insert(header::HOST, value);
+        // The origin gets the `Host` the request is keyed by (`authority`): the client's, or
+        // for HTTP/2 clients, which name the host in `:authority` only, that. Without it the
+        // origin would get the upstream's address as `Host` (hyper's client fills it in) and
+        // answer, or build its redirects, for the wrong site, under the client's cache key; a
+        // client could get there by naming `Host` in `Connection`, which strips it above.
+        let host = parts.headers.get(header::HOST).cloned().or_else(|| {
+            parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
+        if let Some(host) = host {
+            request.headers_mut().insert(header::HOST, host);
         }
         request
     }
@@ -1145,8 +1150,12 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 /// keys, and a PURGE with one form missed the other's copy); `None` when missing (HTTP/1.1
 /// requires one) or not a valid authority. An authority with userinfo (`x@h`) is not valid:
 /// `Host` has none (RFC 9110 7.2), and keying it as `h` would let a request the origin may
-/// route elsewhere fill `h`'s objects.
+/// route elsewhere fill `h`'s objects. Two `Host` headers are not valid either (RFC 9112 3.2:
+/// a server MUST answer 400): an origin that routes by the last would fill the first's keys.
 fn authority(parts: &Parts) -> Option<String> {
+    if parts.headers.get_all(header::HOST).iter().nth(1).is_some() {
+        return None;
+    }
     let key = |a: &http::uri::Authority| -> Option<String> {
         if a.as_str().contains('@') {
             return None;

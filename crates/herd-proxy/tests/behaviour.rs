@@ -199,6 +199,50 @@ async fn a_host_with_userinfo_is_refused() {
     assert_eq!(origin.requests(), 0);
 }
 
+/// A request naming `Host` in `Connection` still reaches the origin with the `Host` it is keyed
+/// by. Found by review: stripping the hop-by-hop headers deleted it, the origin got the
+/// upstream's address as `Host` (its default site answered), and that answer was cached
+/// under the client's site for everyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_named_in_connection_still_reaches_the_origin() {
+    let origin = Origin::start(whole(100, "")).await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let request = Request::builder()
+        .uri("/p")
+        .header("host", "test.local")
+        .header("connection", "keep-alive, host")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = send(proxy, request).await;
+    assert_eq!(response.status(), 200);
+    read_body(response).await.unwrap();
+    let heads = origin.heads();
+    assert!(
+        heads[0]
+            .to_ascii_lowercase()
+            .contains("\r\nhost: test.local\r\n"),
+        "{}",
+        heads[0]
+    );
+}
+
+/// Two `Host` headers are refused (RFC 9112 3.2: a server MUST answer 400): keyed by the
+/// first, the request could reach an origin that routes by the last and fill the first
+/// site's objects with the other's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_host_headers_are_refused() {
+    let origin = Origin::start(whole(100, "")).await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let request = Request::builder()
+        .uri("/p")
+        .header("host", "test.local")
+        .header("host", "other.local")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    assert_eq!(send(proxy, request).await.status(), 400);
+    assert_eq!(origin.requests(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_while_the_body_streams_fails_its_readers_and_is_final() {
     let gate = Gate::new();
