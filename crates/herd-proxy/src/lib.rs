@@ -56,7 +56,8 @@
 //! - Hit-for-pass, as Varnish: once a URL's response may not be stored (or its chunked body
 //!   outgrew `max_object_size`), its misses pass straight to the origin, each on its own fetch,
 //!   for `hit_for_pass` (120 s; `PURGE` clears it), rather than queue behind one fetch to learn
-//!   it again. A response that became storable meanwhile is stored after the mark ends.
+//!   it again. A response that became storable meanwhile is stored after the mark ends. An
+//!   origin error (5xx, 429) marks nothing: it is relayed, and the next miss fills as usual.
 //! - Requests with `Authorization` or `Upgrade`, a `GET`/`HEAD` with a body (a search API's
 //!   query: its URL does not say what it asks), and methods other than `GET`/`HEAD`, pass to the
 //!   origin uncached, with their bodies. Request `Cache-Control` is not honoured (as nginx by default): a client
@@ -117,7 +118,8 @@ pub struct Config {
     /// How long a URL whose response may not be stored (or outgrew `max_object_size`) is
     /// passed straight to the origin, each request on its own fetch, instead of queueing behind
     /// another request's fetch to learn that again (Varnish's hit-for-pass, 120 s by default
-    /// there too). Zero turns it off. `PURGE` clears it.
+    /// there too). Zero turns it off. `PURGE` clears it. An origin error (5xx, 429) does not
+    /// mark the URL: it is a moment of the origin's, not a property of the resource.
     pub hit_for_pass: Duration,
     /// The clock for freshness ([`Clock::system`] unless testing).
     pub clock: Clock,

@@ -121,6 +121,17 @@ pub(crate) enum NotStored {
     CloseDelimited,
 }
 
+/// Whether a response not stored for `why` marks its URL hit-for-pass (`Config::hit_for_pass`):
+/// yes when the resource's answers may not be shared (private, no-store, cookies, a status
+/// never stored, a body too large), no for an origin error (5xx, 429): that is a moment of the
+/// origin, and passing the URL for minutes after one would send every request to the origin
+/// uncoalesced, storing nothing, just when it is weakest (Varnish's hit-for-miss lets the next
+/// storable answer in; nginx's cache lock keeps coalescing).
+pub(crate) fn marks_hit_for_pass(why: NotStored, status: StatusCode) -> bool {
+    !(why == NotStored::Status
+        && (status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS))
+}
+
 /// How long a stored response stays fresh, measured from when it was received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Freshness {

@@ -646,8 +646,9 @@ impl Inner {
         key: CacheKey,
         coding: Coding,
     ) -> Response<RespBody> {
-        // The response the leader got when it may not be shared; only the leader reads it.
-        let unshared = parking_lot::Mutex::new(None::<Response<Incoming>>);
+        // The response the leader got when it may not be shared, and whether that makes the
+        // URL hit-for-pass; only the leader reads it.
+        let unshared = parking_lot::Mutex::new(None::<(Response<Incoming>, bool)>);
         let mut fetched_again = false;
         let result = loop {
             let request = self.fill_request(&parts, coding);
@@ -659,7 +660,8 @@ impl Inner {
                         Ok(upstream) => Ok(upstream),
                         Err((response, why)) => {
                             tracing::debug!(?why, status = %response.status(), "response not stored");
-                            *unshared.lock() = Some(response);
+                            let mark = policy::marks_hit_for_pass(why, response.status());
+                            *unshared.lock() = Some((response, mark));
                             Err(FetchError::Uncacheable)
                         }
                     }
@@ -706,9 +708,12 @@ impl Inner {
                     self.metrics.passes.inc();
                     let taken = unshared.lock().take();
                     match taken {
-                        Some(response) => {
-                            // This request led: the next ones pass without queueing.
-                            self.hit_for_pass.mark(&key);
+                        Some((response, mark)) => {
+                            // This request led: the next ones pass without queueing (unless
+                            // the answer was an origin error, a blip of the origin's).
+                            if mark {
+                                self.hit_for_pass.mark(&key);
+                            }
                             self.relay(&parts, response).await
                         }
                         // A coalesced caller: the response was not shareable, fetch our own.

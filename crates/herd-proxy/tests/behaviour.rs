@@ -1299,6 +1299,33 @@ async fn hit_for_pass_ends_after_its_time_or_with_a_purge() {
     }
 }
 
+/// An origin error (5xx) on a miss is relayed but does not mark the URL hit-for-pass: an
+/// error is a blip of the origin, not a property of the resource, and the next answer that may
+/// be stored is stored. Found by review: one 503 on a cold URL passed it for 120 s, every
+/// request going to the origin uncoalesced and nothing stored, when the origin was weakest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_error_does_not_mark_the_url_hit_for_pass() {
+    let origin = Origin::start(|index, _| {
+        let head = if index == 0 {
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\nConnection: close\r\n\r\nno"
+        } else {
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nCache-Control: max-age=60\r\nConnection: close\r\n\r\nok"
+        };
+        vec![Step::Send(Bytes::from(head))]
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let failed = get_simple(proxy, "/blip").await;
+    assert_eq!(failed.status(), 503);
+    read_body(failed).await.unwrap();
+    let filled = get_simple(proxy, "/blip").await;
+    assert_eq!(filled.headers()["x-cache"], "MISS");
+    assert_eq!(read_body(filled).await.unwrap(), "ok");
+    let hit = get_simple(proxy, "/blip").await;
+    assert_eq!(hit.headers()["x-cache"], "HIT");
+    assert_eq!(origin.requests(), 2);
+}
+
 /// A chunked body larger than the object limit fails for the clients of the fill that found
 /// out (their 200 was already sent), but the URL's next requests pass and get all of it.
 /// Before, every request filled again and failed at the limit: the resource could never be
