@@ -36,7 +36,8 @@
 //! thread's [`HitBuffer`] for the shard, where it also appends the key's hash if the miniature
 //! simulations sample it (one key in `max(4, capacity / 1000)`, none while they rest:
 //! `minisim.rs`). Nothing shared is written
-//! but once per [`HIT_BUFFER`] sampled hits of a thread: the hit that fills the buffer drains
+//! but once per [`HIT_BUFFER`] sampled hits of a thread or [`DRAIN_HITS`] hits in all
+//! (while the simulations rest, the hits still reach the request clock): the hit that fills the buffer drains
 //! it under the shard's write lock if that is free at once (`ShardLock::try_write`), else the
 //! buffer drops hashes until the thread's next insert into the shard drains it under the
 //! write lock the insert takes anyway. Draining full buffers was worth 0.25 and 0.6 points on
@@ -126,6 +127,9 @@ pub(crate) fn with_count(w: u64, count: u8, ages: u64) -> u64 {
 /// with one key in 4 or more sampled a drain (a `try_write` of the shard lock) comes at most
 /// once per 32 hits of a thread, as when every hit's hash was buffered, 32 of them.
 pub(crate) const HIT_BUFFER: usize = 8;
+/// Hits a thread counts per shard before a drain, sampled or not (the hit that reaches it
+/// drains, as one that fills the buffer): one `try_write` per 256 hits of a thread.
+pub(crate) const DRAIN_HITS: u64 = 256;
 /// Protected share of the main space above which sampling demotes (Caffeine's 80%).
 const PROTECTED_SHARE: f64 = 0.8;
 /// Request-clock checkpoints kept per shard for the idle decay: one every `capacity / 8`
@@ -162,8 +166,8 @@ impl HitBuffer {
     /// caller then drains it, if it can take the write lock at once).
     #[inline]
     pub(crate) fn push(&self, raised: bool, sampled: Option<u64>) -> bool {
-        self.hits
-            .store(self.hits.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        let hits = self.hits.load(Ordering::Relaxed) + 1;
+        self.hits.store(hits, Ordering::Relaxed);
         // Added, not branched on: whether a hit raised its count depends on the entry's word,
         // a cache miss at 1M entries (see `Slot::restamp`).
         self.raised.store(
@@ -171,7 +175,10 @@ impl HitBuffer {
             Ordering::Relaxed,
         );
         let Some(hash) = sampled else {
-            return false;
+            // Full of hits alone: while the simulations rest nothing is sampled, and a thread
+            // that only reads would otherwise never add its hits to the request clock and the
+            // sketch's aging (the idle decay and the aging would slow down for the rest).
+            return hits == DRAIN_HITS;
         };
         let len = self.len.load(Ordering::Relaxed) as usize;
         if len < HIT_BUFFER {
@@ -271,6 +278,9 @@ pub(crate) struct State {
     /// Moving average of the protected share of sampled main entries (nothing counts
     /// protected entries exactly: a hit that protects one would have to write a shared count).
     pub(crate) protected_share: f64,
+    /// The place in main's pool that the next eviction checks besides the one it picks
+    /// (`Table::main_victim`).
+    pub(crate) pool_check: usize,
     /// Requests this shard has recorded (inserted misses, drained hits): the idle decay's
     /// clock.
     pub(crate) requests: u64,
@@ -309,6 +319,7 @@ impl State {
             ),
             minis,
             protected_share: 0.0,
+            pool_check: 0,
             requests: 0,
             checkpoints: VecDeque::with_capacity(CHECKPOINTS),
             idle_before: 0,

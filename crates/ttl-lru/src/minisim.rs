@@ -234,7 +234,8 @@ impl MiniSims {
     /// record of the rest it last saw.
     #[inline]
     pub(crate) fn count_rest(&self, clock: &mut RestClock, requests: u64, capacity: u64) {
-        let rest = self.rest.load(Ordering::Relaxed);
+        // Acquire: the rest's length was stored before the rest began (Release, `feed`).
+        let rest = self.rest.load(Ordering::Acquire);
         if rest & 1 == 0 {
             return;
         }
@@ -248,10 +249,14 @@ impl MiniSims {
     }
 
     /// Ends rest number `rest` (if no other shard has): sampling resumes, and the copies
-    /// replay a copy's capacity of requests before their misses count again.
+    /// replay a copy's capacity of requests before their misses count again. A `try_lock`,
+    /// as `feed`'s (the caller holds its shard's write lock, and shards never wait for the
+    /// copies): if another shard is feeding, the next request past the end wakes them.
     #[cold]
     fn wake(&self, rest: u64) {
-        let mut sims = self.sims.lock();
+        let Some(mut sims) = self.sims.try_lock() else {
+            return;
+        };
         if self.rest.load(Ordering::Relaxed) == rest {
             sims.warmup = sims.minis[0].capacity as u64;
             self.below.store(sims.active_below, Ordering::Relaxed);
@@ -288,6 +293,11 @@ impl MiniSims {
     /// feeding them right now (then they are dropped). Ends a period when one is due.
     pub(crate) fn feed(&self, hashes: &[u64]) {
         if hashes.is_empty() {
+            return;
+        }
+        // Samples buffered before a rest began arrive during it: dropped (scored, they could
+        // end a period and start another rest over this one).
+        if self.rest.load(Ordering::Relaxed) & 1 == 1 {
             return;
         }
         let Some(mut sims) = self.sims.try_lock() else {
@@ -341,8 +351,9 @@ impl MiniSims {
                     let periods = (1u64 << sims.rests.min(16)).min(REST_PERIODS);
                     sims.rests += 1;
                     self.rest_periods.store(periods, Ordering::Relaxed);
+                    // Release: a shard that sees the rest sees its length (`count_rest`).
                     let rest = self.rest.load(Ordering::Relaxed);
-                    self.rest.store(rest | 1, Ordering::Relaxed);
+                    self.rest.store(rest | 1, Ordering::Release);
                     return;
                 }
             }

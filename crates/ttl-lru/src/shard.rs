@@ -1807,6 +1807,35 @@ mod tests {
         );
     }
 
+    /// The miniature simulations rest once their pick settles and the shard's own requests
+    /// end the rest: on a steady workload sampling stops, then resumes, then stops again.
+    #[test]
+    fn the_shards_requests_end_the_simulations_rest() {
+        let s = adaptive_shard(1000);
+        let resting = || {
+            s.table
+                .read()
+                .adaptive
+                .as_ref()
+                .is_some_and(|st| st.minis.resting())
+        };
+        // A loop 10% longer than the cache, in rounds of 10,000 requests.
+        let mut changes = Vec::new();
+        let mut now = 1;
+        for _ in 0..100 {
+            simulate_from(&s, (now..now + 10_000).map(|i| i % 1_100), now);
+            now += 10_000;
+            let r = resting();
+            if changes.last() != Some(&r) {
+                changes.push(r);
+            }
+        }
+        assert!(
+            changes.starts_with(&[false, true, false, true]),
+            "resting over time: {changes:?}"
+        );
+    }
+
     /// A window the miniature simulations opened (recency paid) shrinks to a lower share when
     /// they lower it (a loop, where only the filter keeps anything): its oldest entries are
     /// demoted into main, since a duel alone keeps the window's length.
@@ -2199,6 +2228,52 @@ mod tests {
         assert!(s.contains(h(6000), &6000, 1400));
     }
 
+    /// Candidates hit since they were pooled do not linger in main's pool: each pick checks
+    /// one more candidate besides the one it picks, so a frequent candidate (never the one
+    /// picked) that was hit is re-pooled at its new rank within a pool's length of picks.
+    /// Found by review: checking only the picked one left such candidates in the pool for
+    /// good, at their old ranks, crowding out the real candidates.
+    #[test]
+    fn candidates_hit_since_pooled_leave_the_pool() {
+        let s = full_adaptive_shard();
+        {
+            let t = s.table.write();
+            let ages = t.adaptive.as_ref().map_or(0, |st| st.sketch.ages());
+            for k in 0..100 {
+                let i = t.find_value(h(k), &k).expect("stored");
+                let count = if k < 4 {
+                    crate::adaptive::MAX_FREQUENCY
+                } else {
+                    1
+                };
+                t.slot(i).set_count(count, ages);
+            }
+        }
+        // Pool every entry's place (the oldest first), then hit the four frequent old keys.
+        let all = sampling_all();
+        let out = write_value(&s, 5000, NEVER, 1, 300, &all, WriteMode::Plain);
+        assert_eq!(out, WriteOutcome::Declined);
+        for k in 0..4 {
+            assert_eq!(s.get(h(k), &k, 400), Some(k));
+        }
+        assert!(s.table.read().stale_pooled(400) >= 4);
+        // Newcomers asked for twice before win their duels against the rare keys.
+        let one = ShardConfig {
+            samples: 1,
+            swr_ms: 0,
+        };
+        for k in 6000..6020 {
+            {
+                let mut t = s.table.write();
+                let st = t.adaptive.as_deref_mut().expect("adaptive");
+                st.sketch.record(h(k), None);
+                st.sketch.record(h(k), None);
+            }
+            write_value(&s, k, NEVER, 1, 500, &one, WriteMode::Plain);
+        }
+        assert_eq!(s.table.read().stale_pooled(500), 0);
+    }
+
     /// A pooled victim that expired since it was pooled leaves without a duel, whatever its
     /// count: a dead entry can never be served again, so it must not make a live newcomer
     /// (or the window's candidate) lose. (Found by review: a frequent short-lived entry,
@@ -2348,6 +2423,33 @@ mod tests {
             before.map(|r| r + HIT_BUFFER as u64),
             "the full buffer was drained"
         );
+    }
+
+    /// Hits count toward the request clock (the idle decay's) even when none is sampled (the
+    /// simulations rest, or the key is not one they replay): the hit that makes a thread's
+    /// count reach `DRAIN_HITS` drains it. Found by review: while the simulations rested no
+    /// buffer filled, and a thread that only read never added its hits.
+    #[test]
+    fn unsampled_hits_reach_the_request_clock() {
+        use crate::adaptive::DRAIN_HITS;
+        let s = adaptive_shard(1000);
+        let key = (0..10_000u64)
+            .find(|k| {
+                let t = s.table.read();
+                t.adaptive
+                    .as_ref()
+                    .is_some_and(|st| !st.minis.sampled(h(*k)))
+            })
+            .expect("a key not sampled");
+        write_value(&s, key, NEVER, 1, 0, &cfg(), WriteMode::Plain);
+        let requests = || s.table.read().adaptive.as_ref().map_or(0, |st| st.requests);
+        let before = requests();
+        for _ in 0..DRAIN_HITS - 1 {
+            assert_eq!(s.get(h(key), &key, 0), Some(key));
+        }
+        assert_eq!(requests(), before, "not drained yet");
+        assert_eq!(s.get(h(key), &key, 0), Some(key));
+        assert_eq!(requests(), before + DRAIN_HITS);
     }
 
     #[test]

@@ -1177,8 +1177,12 @@ impl<K: Eq + Hash, V> Table<K, V> {
     /// starts over. A hit only raises a count, so a candidate hit since it was pooled is
     /// never chosen in the place of a less frequent one; checking every candidate on every
     /// pick instead cost about 400 of an insert's 3,500 instructions (callgrind, 8,000
-    /// entries) for the same victim but for ties.
+    /// entries). But a frequent candidate that is never the one picked would stay pooled at
+    /// its old rank for good once hit, crowding out real candidates: each pick also checks
+    /// one more, in turn ([`check_one_pooled`](Self::check_one_pooled)), so such a candidate
+    /// leaves within a pool's length of picks.
     fn main_victim(&mut self, st: &mut State, now: u64, exclude: Option<At>) -> Option<At> {
+        self.check_one_pooled(st, now, exclude);
         loop {
             let len = self.pool.len();
             let mut best: Option<(u8, usize)> = None;
@@ -1206,6 +1210,37 @@ impl<K: Eq + Hash, V> Table<K, V> {
                 return Some(at);
             } else {
                 // Hit since pooled: its count may have moved too.
+                self.offer_main(st, at, rank);
+            }
+        }
+    }
+
+    /// Checks main's pooled candidate at the next place in turn: one that no longer ranks as
+    /// recorded (hit, moved, gone) is settled as [`main_victim`](Self::main_victim) settles
+    /// the one it picks.
+    fn check_one_pooled(&mut self, st: &mut State, now: u64, exclude: Option<At>) {
+        let len = self.pool.len();
+        if len == 0 {
+            return;
+        }
+        st.pool_check = (st.pool_check + 1) % len;
+        let pos = st.pool_check;
+        let c = self.pool.at(pos);
+        let at = At::decode(c.idx);
+        let held = self.holds(at) && Some(at) != exclude;
+        if held && !self.in_window(at) && self.rank(at, now) <= c.rank {
+            return;
+        }
+        self.pool.remove(pos);
+        if held {
+            let rank = self.rank(at, now);
+            if self.in_window(at) {
+                st.window_pool.offer(Candidate {
+                    rank,
+                    idx: c.idx,
+                    freq: 0,
+                });
+            } else {
                 self.offer_main(st, at, rank);
             }
         }
@@ -1423,6 +1458,19 @@ impl<K: Eq + Hash, V> Table<K, V> {
     pub(crate) fn best_pooled(&self) -> Option<At> {
         let len = self.pool.len();
         (len > 0).then(|| At::decode(self.pool.at(len - 1).idx))
+    }
+
+    /// Main's pooled candidates that no longer rank as recorded: their entry was hit since
+    /// (tests).
+    #[cfg(all(test, not(herd_loom)))]
+    pub(crate) fn stale_pooled(&self, now: u64) -> usize {
+        (0..self.pool.len())
+            .map(|pos| self.pool.at(pos))
+            .filter(|c| {
+                let at = At::decode(c.idx);
+                self.holds(at) && !self.in_window(at) && self.rank(at, now) > c.rank
+            })
+            .count()
     }
 
     /// Capacity of the slot array (tests: it never outgrows the shard's capacity).
