@@ -22,7 +22,10 @@
 //!   turns into a missing terminating chunk or a short `Content-Length` (curl: exit 18), or on
 //!   HTTP/2 into `RST_STREAM` (curl: exit 92). An
 //!   HTTP/1.0 client cannot see a missing chunk, so a body of unknown length is sent to it only
-//!   once complete, with a `Content-Length` (or a 502 if it failed before).
+//!   once complete, with a `Content-Length` (or a 502 if it failed before). The one exception
+//!   is the origin's own: a body it ends by closing its connection (HTTP/1 with neither a
+//!   length nor chunking) looks the same whole or cut short, to this proxy as to nginx and
+//!   Varnish. Such a body is never stored; passed, it is relayed as it came, its end included.
 //! - `Range` (one range) is served as 206 from stored and still-arriving bodies whose length is
 //!   known (`Content-Length` from the origin, or complete), ending at the range's last byte
 //!   (a range's bytes are final once they arrived); 416 past the end (a suffix range of an
@@ -70,6 +73,10 @@
 //!   client that may not have it gets the origin's error answer). A refresh answered with a
 //!   response that may not be stored removes the object and goes to the client that led it.
 //!   `must-revalidate` and `proxy-revalidate` close both windows (never served stale).
+//!   `s-maxage` implies `proxy-revalidate` for a shared cache (RFC 9111 5.2.2.10), but an
+//!   explicit `stale-while-revalidate`/`stale-if-error` beside it is honoured, as CDNs do
+//!   (`s-maxage=1, stale-while-revalidate=59` is how frameworks ask for background refresh):
+//!   a choice, since RFC 9111 4.2.4 lets the implied directive forbid it.
 //!   Responses served stale say `X-Cache: STALE`. There is no revalidation with
 //!   `If-None-Match`/`If-Modified-Since` (a refresh is a full fetch).
 //! - Conditional request headers and `Range` are not forwarded on fills (the stored object is
