@@ -166,6 +166,7 @@ macro_rules! storage_tests {
                 many_concurrent_readers
                 waiting_readers_woken_by_every_event
                 reader_cancelled_mid_read
+                read_cancelled_mid_body
                 concurrent_writers_one_key
                 purge_during_read
                 purge_complete_object

@@ -91,6 +91,11 @@ async fn purge_leaves_readers_hanging() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_dropped_read_that_moved_its_position_leaves_a_hole() {
+    suite_catches(Bug::PositionBeforeIo, "read_cancelled_mid_body").await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn range_off_by_one() {
     suite_catches(Bug::RangeEndInclusive, "range_read_complete").await;
 }

@@ -60,7 +60,7 @@ pub use persistent::{
 pub use ranges::{bad_ranges, range_read_complete, range_read_partial};
 pub use readers::{
     many_concurrent_readers, partial_read_while_writing, purge_complete_object, purge_during_read,
-    reader_cancelled_mid_read, readers_before_during_after_identical,
+    read_cancelled_mid_body, reader_cancelled_mid_read, readers_before_during_after_identical,
     waiting_readers_woken_by_every_event,
 };
 pub use sweeps::{cancel_sweep_purge, cancel_sweep_read, cancel_sweep_write};
@@ -429,6 +429,7 @@ case_table!(
     many_concurrent_readers,
     waiting_readers_woken_by_every_event,
     reader_cancelled_mid_read,
+    read_cancelled_mid_body,
     concurrent_writers_one_key,
     purge_during_read,
     purge_complete_object,

@@ -65,6 +65,9 @@ pub enum Bug {
     /// `BodySource::reader_count` says `Some(0)` whatever is open: `StreamCache` would abort
     /// bodies clients are reading under `NoReaderPolicy::Abort`.
     ReaderCountStuckAtZero,
+    /// A read takes its chunk (moving the position) before awaiting its "I/O": a read dropped
+    /// there loses the chunk, and the body still ends cleanly, with a hole.
+    PositionBeforeIo,
 }
 
 /// Largest chunk one read returns.
@@ -559,6 +562,11 @@ impl BodyReader for BuggyReader {
             self.pos = self.body.state.lock().unwrap().shared_pos;
             let chunk = poll_fn(|cx| self.poll_read(cx)).await;
             self.body.state.lock().unwrap().shared_pos = self.pos;
+            return chunk;
+        }
+        if self.body.bug == Bug::PositionBeforeIo {
+            let chunk = poll_fn(|cx| self.poll_read(cx)).await;
+            tokio::task::yield_now().await; // the "I/O", after the position moved
             return chunk;
         }
         poll_fn(|cx| self.poll_read(cx)).await
