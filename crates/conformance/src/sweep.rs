@@ -17,8 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use tokio::sync::Notify;
-
 /// How a sweep went wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError<E> {
@@ -66,11 +64,17 @@ impl Default for SweepLimits {
     }
 }
 
-/// A waker that remembers it was woken and notifies whoever awaits it.
+/// A waker that remembers it was woken (since its flag was last cleared, before each poll)
+/// and wakes whoever waits for that.
+///
+/// The wait reads the flag itself, not a stored permit: a `tokio::sync::Notify` used here kept
+/// the permit of a wake that came during an earlier poll (a future that wakes itself while it
+/// decides), so the wait after a later poll that lost its wake-up returned at once and the
+/// future was polled on blindly (found by review; `a_lost_wake_up_after_a_self_wake_is_reported`).
 #[derive(Default)]
 struct Flag {
     woken: AtomicBool,
-    notify: Notify,
+    waiter: parking_lot::Mutex<Option<Waker>>,
 }
 
 impl Wake for Flag {
@@ -80,7 +84,47 @@ impl Wake for Flag {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::Release);
-        self.notify.notify_one();
+        if let Some(waiter) = self.waiter.lock().take() {
+            waiter.wake();
+        }
+    }
+}
+
+impl Flag {
+    /// Clears the flag: a wake from now on is the next poll's.
+    fn clear(&self) {
+        self.woken.store(false, Ordering::Release);
+    }
+
+    fn is_woken(&self) -> bool {
+        self.woken.load(Ordering::Acquire)
+    }
+
+    /// Waits until the flag is set (returns at once if it is).
+    ///
+    /// Cancel safety: dropping it leaves a stale waiter at most, which a wake takes and wakes
+    /// for nothing.
+    async fn woken(&self) {
+        std::future::poll_fn(|cx| {
+            if self.is_woken() {
+                return Poll::Ready(());
+            }
+            *self.waiter.lock() = Some(cx.waker().clone());
+            // Checked again: a wake between the first check and the registration set the
+            // flag but found no waiter to wake.
+            if self.is_woken() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+
+    /// Waits up to `limit` for the flag; true if it is set.
+    async fn wait(&self, limit: Duration) -> bool {
+        let _ = tokio::time::timeout(limit, self.woken()).await;
+        self.is_woken()
     }
 }
 
@@ -105,12 +149,12 @@ impl WakeProbe {
 
     /// Whether the probe's waker was woken since the last poll through it.
     pub fn woken(&self) -> bool {
-        self.0.woken.load(Ordering::Acquire)
+        self.0.is_woken()
     }
 
     /// Poll `future` once with this probe's waker (clearing the woken flag first).
     pub fn poll_once<F: Future + Unpin>(&self, future: &mut F) -> Poll<F::Output> {
-        self.0.woken.store(false, Ordering::Release);
+        self.0.clear();
         let waker = Waker::from(Arc::clone(&self.0));
         Pin::new(future).poll(&mut Context::from_waker(&waker))
     }
@@ -139,11 +183,7 @@ impl WakeProbe {
     ///
     /// Cancel safety: dropping it changes nothing.
     pub async fn wait(&self, limit: Duration) -> bool {
-        if self.woken() {
-            return true;
-        }
-        let _ = tokio::time::timeout(limit, self.0.notify.notified()).await;
-        self.woken()
+        self.0.wait(limit).await
     }
 }
 
@@ -158,18 +198,15 @@ async fn poll_at_most<F: Future>(
     let flag = Arc::new(Flag::default());
     let waker = Waker::from(Arc::clone(&flag));
     for poll in 1..=budget {
-        flag.woken.store(false, Ordering::Release);
+        flag.clear();
         if let Poll::Ready(output) = future.as_mut().poll(&mut Context::from_waker(&waker)) {
             return Ok(Some(output));
         }
         if poll == budget {
             break;
         }
-        if !flag.woken.load(Ordering::Acquire) {
-            let woken = tokio::time::timeout(wake_timeout, flag.notify.notified()).await;
-            if woken.is_err() && !flag.woken.load(Ordering::Acquire) {
-                return Err((poll, wake_timeout));
-            }
+        if !flag.wait(wake_timeout).await {
+            return Err((poll, wake_timeout));
         }
     }
     Ok(None)
@@ -188,16 +225,11 @@ pub async fn settle<F: Future + Unpin>(future: &mut F, quiet: Duration) -> Optio
     let flag = Arc::new(Flag::default());
     let waker = Waker::from(Arc::clone(&flag));
     loop {
-        flag.woken.store(false, Ordering::Release);
+        flag.clear();
         if let Poll::Ready(output) = Pin::new(&mut *future).poll(&mut Context::from_waker(&waker)) {
             return Some(output);
         }
-        if !flag.woken.load(Ordering::Acquire)
-            && tokio::time::timeout(quiet, flag.notify.notified())
-                .await
-                .is_err()
-            && !flag.woken.load(Ordering::Acquire)
-        {
+        if !flag.wait(quiet).await {
             return None;
         }
     }
@@ -278,6 +310,69 @@ mod tests {
         assert!(
             matches!(result, Err(SweepError::NotWoken { poll: 1, .. })),
             "{result:?}"
+        );
+    }
+
+    /// A future that wakes itself on one poll and loses its wake-up on the next is reported at
+    /// the second: the first wake-up is not counted for it. Found by review: a `Notify` permit
+    /// stored by the first wake let the wait after the second return at once, and the sweep
+    /// polled on blindly (a future that hangs on a real executor passed).
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_wake_up_after_a_self_wake_is_reported() {
+        let result = cancel_sweep(
+            SweepLimits::default(),
+            |_| {
+                let mut polls = 0;
+                std::future::poll_fn(move |cx| {
+                    polls += 1;
+                    match polls {
+                        1 => {
+                            cx.waker().wake_by_ref();
+                            Poll::Pending
+                        }
+                        2 => Poll::Pending,
+                        _ => Poll::Ready(()),
+                    }
+                })
+            },
+            |_, _| async { Ok::<(), ()>(()) },
+        )
+        .await;
+        assert!(
+            matches!(result, Err(SweepError::NotWoken { poll: 2, .. })),
+            "{result:?}"
+        );
+    }
+
+    /// The same for a probe's `settle`: a future that wakes itself on its first poll, then
+    /// waits for its own I/O (which wakes it 10 ms later), is polled to completion, not armed
+    /// at once by the first wake's leftover (the I/O's wake would then pass for the event's).
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_waits_out_io_after_a_self_wake() {
+        let probe = WakeProbe::new();
+        let mut polls = 0;
+        let mut future = std::future::poll_fn(|cx| {
+            polls += 1;
+            match polls {
+                1 => {
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+                2 => {
+                    let waker = cx.waker().clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        waker.wake();
+                    });
+                    Poll::Pending
+                }
+                _ => Poll::Ready(()),
+            }
+        });
+        let settled = probe.settle(&mut future, Duration::from_millis(20)).await;
+        assert!(
+            settled.is_ready(),
+            "armed before the future's own I/O ended"
         );
     }
 
