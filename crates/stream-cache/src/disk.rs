@@ -281,6 +281,8 @@ impl DiskStorageBuilder {
                 fail_next_dir_sync: AtomicBool::new(false),
                 #[cfg(test)]
                 hold_next_create: parking_lot::Mutex::new(None),
+                #[cfg(test)]
+                hold_next_dir_sync: parking_lot::Mutex::new(None),
                 capacity,
                 max_object_size,
                 durability,
@@ -317,6 +319,9 @@ struct DiskShared {
     /// sends (tests of what happens inside that await, whatever the scheduler does).
     #[cfg(test)]
     hold_next_create: parking_lot::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    /// Holds the next directory fsync on the blocking pool until the sender sends.
+    #[cfg(test)]
+    hold_next_dir_sync: parking_lot::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     capacity: u64,
     max_object_size: u64,
     durability: Durability,
@@ -969,7 +974,16 @@ impl DiskShared {
             return Err(io::Error::other("injected directory fsync failure"));
         }
         let dir = self.layout.subdir_path(subdir);
-        blocking(move || sync_dir(&dir)).await?;
+        #[cfg(test)]
+        let held = self.hold_next_dir_sync.lock().take();
+        blocking(move || {
+            #[cfg(test)]
+            if let Some(held) = held {
+                let _ = held.recv();
+            }
+            sync_dir(&dir)
+        })
+        .await?;
         self.dir_synced[subdir].fetch_max(upto, Ordering::Relaxed);
         self.dir_syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -1306,6 +1320,14 @@ impl Storage for DiskStorage {
                 // Its temp file stays charged until its writer goes (and removes it): the
                 // bytes are on disk until then.
                 write.cell.abort(AbortReason::Purged);
+                if write.renamed.load(Ordering::Relaxed) {
+                    // A durable `finish` renamed it into place and is syncing that name: its
+                    // file is removed here, counted, so that this purge's fsync below makes
+                    // the removal durable (left to the finish, it was unlinked unsynced, and
+                    // a power loss brought the purged object back).
+                    index.trash.push(write.file_path(&self.shared.layout, key));
+                    index.unlinks[subdir_of(key)] += 1;
+                }
                 removed = true;
             }
             removed |= index.drop_object(key, &self.shared.layout).is_some();
@@ -1545,10 +1567,13 @@ impl BodyWriter for DiskWriter {
             index.clock.push_back((self.key.clone(), self.write.seq));
             index.compact_if_stale();
         } else {
-            // Replaced or purged while its name was synced: never the key's object.
+            // Replaced or purged while its name was synced: never the key's object (a purge
+            // removed the file already; a newer write did not, and this unlink counts toward
+            // the next sync of the directory).
             DiskShared::release(&mut index, &self.write);
             let path = self.write.file_path(&shared.layout, &self.key);
             index.trash.push(path);
+            index.unlinks[subdir] += 1;
         }
         self.done = true;
         let outcome = self.write.cell.complete().map_err(WriteError::Aborted);
@@ -1765,6 +1790,48 @@ mod tests {
         let _ = writer.write(Bytes::from_static(b"old")).await;
         let _ = writer.finish().await;
         assert_eq!(body_of(&storage, "k").await, None, "the purge came undone");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A purge while a durable `finish` syncs the name it just renamed into place removes that
+    /// file itself and syncs the directory before it returns: the purge survives a power loss.
+    /// Found by review: the purge saw no unsynced unlink and returned at once, and the finish
+    /// then unlinked the file without a sync, so after a power loss the restart scan found
+    /// the fsynced file and served the purged body.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_purge_during_a_durable_finish_is_durable() {
+        let root = std::env::temp_dir().join(format!(
+            "stream-cache-purge-finish-{}-{:?}",
+            std::process::id(),
+            SystemTime::now()
+        ));
+        let storage = DiskStorage::builder(&root, 1 << 20)
+            .durability(Durability::Full)
+            .open()
+            .await
+            .unwrap();
+        let key: CacheKey = "k".into();
+        let mut writer = storage
+            .begin_write(&key, ObjectMeta::default())
+            .await
+            .unwrap();
+        writer.write(Bytes::from_static(b"body")).await.unwrap();
+        let (release, held) = std::sync::mpsc::channel();
+        *storage.shared.hold_next_dir_sync.lock() = Some(held);
+        let finish = tokio::spawn(writer.finish());
+        // Renamed into place, its directory's fsync held.
+        while storage.shared.hold_next_dir_sync.lock().is_some() {
+            tokio::task::yield_now().await;
+        }
+        let subdir = storage.shared.layout.subdir_path(subdir_of(&key));
+        let files = || std::fs::read_dir(&subdir).unwrap().count();
+        assert_eq!(files(), 1, "the renamed object file");
+        assert!(storage.purge(&key).await.unwrap());
+        assert_eq!(files(), 0, "the purge removed the renamed file");
+        assert!(!storage.unsynced_unlinks(&key), "and synced its removal");
+        release.send(()).unwrap();
+        assert!(finish.await.unwrap().is_err(), "the purged write failed");
+        assert_eq!(body_of(&storage, "k").await, None);
         let _ = std::fs::remove_dir_all(&root);
     }
 
