@@ -270,7 +270,8 @@ pub struct LeaseStats {
     pub held_elsewhere: u64,
     /// Leaders whose re-check found the value, so they filled nothing.
     pub found_by_recheck: u64,
-    /// Leaders that waited one full `ttl` for another holder and then filled without the lease.
+    /// Leaders that waited `max_wait` (six `ttl`s by default) for another holder and then
+    /// filled without the lease.
     pub filled_after_wait: u64,
     /// Leaders that took the lease after waiting for another holder, found no value (that
     /// holder ended without one, or died), and filled without the lease, releasing it at once.

@@ -142,9 +142,15 @@ where
     /// write could not be fenced). A caller with a stale L1 copy never waits for L2 (the cache's
     /// stale-while-revalidate answers it at once, and with a fleet lease the refresh runs under
     /// the hard timeout only; without one it is cut at the soft timeout too, and then fills
-    /// without L2). Default: none (each call is bounded by the hard timeout alone, so a miss can
-    /// wait two of them). Set it under twice the hard timeout to bound what a slow L2 adds to
-    /// a miss.
+    /// without L2). Default: none (each call is bounded by the hard timeout alone, so the reads
+    /// can take two of them). Set it under twice the hard timeout to bound what a slow L2 adds
+    /// to a miss's *reads*. It does not bound the rest of a miss: after the origin's fill, the
+    /// fenced write to L2 (skipped when no version was read) takes up to one hard timeout
+    /// before the value is published to the leader and its followers, and with a fleet lease
+    /// the leader may also wait up to the lease's `lease_timeout` to take the lease, one hard
+    /// timeout to read L2 again once it holds it, and one to read the version its write is
+    /// fenced by. So a miss against an L2 that answers just under the hard timeout `h` waits
+    /// `min(soft, 2h)` + fill + `h` without a lease.
     pub fn l2_soft_timeout(mut self, limit: Duration) -> Self {
         self.l2_soft_timeout = Some(limit);
         self
