@@ -537,6 +537,7 @@ where
         // so the release is then a no-op. Made before any user code runs (`K::clone` below): a
         // panic there used to leave the gate claimed for the rest of the stale window.
         let gate = RefreshGate {
+            fence: self.shard(hash).fence(hash),
             cache: self.clone(),
             key,
             hash,
@@ -631,7 +632,11 @@ where
     }
 }
 
-/// Releases a claimed refresh gate on drop.
+/// Releases a claimed refresh gate on drop, unless the key was written since the claim: the
+/// entry there now (and any claim on its refresh) belongs to that write. (Released by key, an
+/// abandoned refresh of an older entry reopened the claim a newer entry's refresh held. The
+/// fence is read just after the claim: a write in between is taken as before it, a window of
+/// microseconds, as `bulk.rs`'s release.)
 struct RefreshGate<K, V>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
@@ -640,6 +645,7 @@ where
     cache: Cache<K, V>,
     key: K,
     hash: u64,
+    fence: u64,
 }
 
 impl<K, V> Drop for RefreshGate<K, V>
@@ -651,7 +657,7 @@ where
         let now = self.cache.now();
         self.cache
             .shard(self.hash)
-            .release_refresh(self.hash, &self.key, now);
+            .release_refresh_of_fill(self.hash, &self.key, now, self.fence);
     }
 }
 

@@ -379,6 +379,36 @@ async fn stale_while_revalidate_serves_stale_and_refreshes_once() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
+/// A refresh's claim is released only on the entry it was made on: an abandoned refresh of an
+/// older entry does not reopen the claim a refresh of a newer entry (written since) holds.
+/// Found by review: the release went by key, so when the old refresh was dropped at its
+/// window's end, `try_claim_refresh` said yes while the new refresh still ran (a manual
+/// revalidation then filled a second time).
+#[tokio::test(start_paused = true)]
+async fn an_old_refresh_does_not_release_a_newer_entrys_claim() {
+    let (c, _runs) = stale_entry().await;
+    let never = || std::future::pending::<Result<u64, Boom>>();
+    // E1 (filled at 0 s, stale since 1 s): its refresh hangs until E1's window ends (11 s).
+    let got = c.get_or_try_insert(1, secs(60), never).await.unwrap();
+    assert_eq!(got.source, Source::Stale);
+    tokio::task::yield_now().await;
+    // E2 written at 2 s, stale from 3 s: its refresh is claimed too and follows the first's
+    // flight (it hangs as well, with the same origin).
+    c.insert(1, 20, SEC).unwrap();
+    advance(Duration::from_millis(1_500)).await;
+    let got = c.get_or_try_insert(1, secs(60), never).await.unwrap();
+    assert_eq!((got.value, got.source), (20, Source::Stale));
+    tokio::task::yield_now().await;
+    assert!(!c.try_claim_refresh(&1), "E2's refresh holds its claim");
+    // E1's window ends: its refresh is abandoned. E2's refresh still runs.
+    advance(Duration::from_secs(8)).await;
+    tokio::task::yield_now().await;
+    assert!(
+        !c.try_claim_refresh(&1),
+        "the abandoned refresh of E1 released E2's claim"
+    );
+}
+
 /// A refresh whose origin never answers holds the key's flight only until the entry's stale
 /// window ends: then it is abandoned (its lead would pass to a caller waiting on it; no caller
 /// can be, since until then they are served stale), and callers of the key lead fills of
