@@ -36,7 +36,7 @@ type LeaseKeyFn<K> = dyn Fn(&K) -> String + Send + Sync;
 ///
 /// - **Granted**: re-check the shared cache once (a process that held the lease just before may
 ///   have stored the value), otherwise fill; the caller's `fill` stores the value in the shared
-///   cache. While the fill runs, the lease is extended every third of `ttl`
+///   cache. While the re-check and the fill run, the lease is extended every third of `ttl`
 ///   ([`FillLease::renew`]), so a fill that takes longer than `ttl` keeps it; an extension that
 ///   finds the lease gone stops extending and is counted ([`LeaseStats::lost`]). The lease is
 ///   then released on a background task, so the caller does not wait for it, while this
@@ -616,7 +616,10 @@ impl Shared {
                         return Step::Fill;
                     };
                     // Double-check: the previous holder may have stored just before we asked.
-                    if let Some(value) = recheck().await {
+                    // Renewed meanwhile, from the grant: a re-check slower than two thirds of
+                    // the ttl let the lease expire before the fill's renewal began, and another
+                    // process filled the same key.
+                    if let Some(value) = self.fill_renewing(lead.held.as_ref(), recheck()).await {
                         bump(&self.counters.found_by_recheck);
                         return Step::Found(value);
                     }

@@ -215,6 +215,45 @@ async fn a_waiting_process_does_not_duplicate_a_fill_longer_than_the_ttl() {
     assert!(stats.found_by_recheck >= 1, "{stats:?}");
 }
 
+/// The lease is renewed from its grant, not from the fill's start: a re-check after the grant
+/// that takes longer than two thirds of the ttl does not let the lease expire before the fill
+/// renews it. Found by review: renewal began with the fill, so a slow shared-cache read after
+/// the grant let another process take the lease and fill the same key.
+#[tokio::test(start_paused = true)]
+async fn a_slow_recheck_after_the_grant_keeps_the_lease() {
+    let world = World::default();
+    let lease = Arc::new(MemoryLease::new());
+    let (a, b) = (world.process(lease.clone()), world.process(lease.clone()));
+    let slow = {
+        let (world, a) = (world.clone(), a.clone());
+        tokio::spawn(async move {
+            let recheck = || {
+                let world = world.clone();
+                async move {
+                    tokio::time::sleep(TTL * 4 / 5).await; // a slow shared-cache read
+                    world.cached(7)
+                }
+            };
+            let fill = || {
+                let world = world.clone();
+                async move {
+                    world.backend_calls.fetch_add(1, SeqCst);
+                    tokio::time::sleep(FILL_TIME * 3).await;
+                    world.cache.lock().unwrap().insert(7, 70);
+                    Ok(70)
+                }
+            };
+            a.run(7, recheck, fill).await
+        })
+    };
+    // Past the ttl since A's grant, during A's fill.
+    tokio::time::sleep(TTL + Duration::from_millis(200)).await;
+    assert_eq!(world.call(&b, 7).await, Ok(70));
+    assert_eq!(slow.await.unwrap(), Ok(70));
+    assert_eq!(world.calls(), 1, "one backend call in the fleet");
+    assert_eq!(b.stats().granted, 0, "{:?}", b.stats());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lease_that_expires_while_we_wait_is_taken_at_the_next_poll() {
     let world = World::default();
