@@ -19,7 +19,10 @@
 //! address: asked with each ping on a plain connection opened with the subscription, which
 //! also checks that it reaches the subscription's node), then reconnects on its own (after
 //! `reconnect_backoff`, forever). After any loss of a live subscription the acknowledgement
-//! and second-level connections start over too: the address may lead elsewhere now. Once `SUBSCRIBE` is confirmed
+//! and second-level connections start over too: the address may lead elsewhere now. An
+//! address that keeps leading to a replica (5 subscriptions in a row ended so, backing off)
+//! is accepted: the next subscription stays there, as on a replica from the start, and the
+//! primary's invalidations reach it through replication. Once `SUBSCRIBE` is confirmed
 //! again it calls [`L1Sink::invalidate_all`] on every attached tier: every L1 entry stored
 //! before that moment is dropped and every fill that started before it is fenced. This is a
 //! superset of "entries written before the loss": an entry written during the gap may also have
@@ -347,6 +350,10 @@ async fn subscribe_forever(shared: Arc<Shared>) {
 /// The longest wait before re-subscribing after subscriptions that kept landing on a replica.
 const MAX_DEMOTED_BACKOFF: Duration = Duration::from_secs(60);
 
+/// Subscriptions ended in a row because their node was a replica, after which the next one
+/// that lands on a replica stays there (the address is not coming back to a primary).
+const ACCEPTED_DEMOTIONS: u64 = 5;
+
 /// Dropped with the subscriber task. From then on no invalidation reaches the attached L1s
 /// until a new task subscribes (`ensure_running`, at the next attach, wait or L2 read), so
 /// they cannot keep what they hold: it is dropped now (the resync a new subscription would
@@ -446,8 +453,22 @@ async fn subscribe_once(shared: &Arc<Shared>) -> Result<(), Lost> {
                         shared.demotions.store(0, Relaxed);
                     }
                     Role::Replica if shared.seen_primary.load(Relaxed) => {
-                        shared.demotions.fetch_add(1, Relaxed);
-                        return Err(Lost::Demoted);
+                        let demotions = shared.demotions.fetch_add(1, Relaxed) + 1;
+                        if demotions >= ACCEPTED_DEMOTIONS {
+                            // The address keeps leading to this replica (it was pointed at a
+                            // node's own address, since demoted for good): stay subscribed
+                            // here, as on a replica from the start. Its primary's invalidations
+                            // reach it through replication; re-subscribing for ever emptied
+                            // L1 once a minute and left it unchecked in between.
+                            shared.seen_primary.store(false, Relaxed);
+                            shared.demotions.store(0, Relaxed);
+                            tracing::warn!(
+                                demotions,
+                                "the backplane's address keeps leading to a replica; staying subscribed there"
+                            );
+                        } else {
+                            return Err(Lost::Demoted);
+                        }
                     }
                     // Counted as a demotion for the back-off: an address that keeps sending the
                     // two connections to different nodes (round-robin DNS) re-subscribes less

@@ -130,6 +130,15 @@ fn main() -> std::process::ExitCode {
             },
         ),
         Case::redis(
+            "second_level::an_address_left_on_a_replica_is_accepted",
+            2,
+            |server| {
+                Box::pin(second_level::an_address_left_on_a_replica_is_accepted(
+                    server,
+                ))
+            },
+        ),
+        Case::redis(
             "second_level::wait_subscribed_before_a_tier_is_attached_returns",
             2,
             |server| {

@@ -1017,6 +1017,96 @@ pub(crate) async fn a_dead_connection_is_replaced_when_callers_give_up_first(ser
     assert_eq!(address.accepted(), 2, "one new connection");
 }
 
+/// An address that moves to a replica for good (it named a node that was then demoted): after
+/// a few subscriptions that each ended on the replica, the backplane stays subscribed there,
+/// where the primary's invalidations arrive through replication. Found by review: it
+/// re-subscribed for ever, emptying L1 each time and leaving it unchecked in between.
+pub(crate) async fn an_address_left_on_a_replica_is_accepted(primary: RedisServer) {
+    let replica = RedisServer::start().expect("a second redis-server");
+    let primary_admin = redis::Client::open(primary.url().as_str()).unwrap();
+    let mut primary_admin = primary_admin
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // No 5 s wait before the first (diskless) sync.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("repl-diskless-sync-delay")
+        .arg("0")
+        .query_async(&mut primary_admin)
+        .await
+        .unwrap();
+    let admin = redis::Client::open(replica.url().as_str()).unwrap();
+    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port())
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    guard(
+        async {
+            loop {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+                if info.contains("master_link_status:up") {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+        "the replica to sync",
+    )
+    .await;
+    let address = crate::forwarder::Forwarder::start(primary.port()).await;
+    let a = process(&address.url()).await;
+    // A's probe has seen the primary; then the address leads to the replica for good, and
+    // A's subscription on the primary is closed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    address.retarget(replica.port());
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut primary_admin)
+        .await
+        .unwrap();
+    // It settles: subscribed, and no new subscription for a second.
+    let settled = guard(
+        async {
+            loop {
+                let before = a.l2.backplane_stats().unwrap();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let after = a.l2.backplane_stats().unwrap();
+                if after.subscribed && after.subscriptions == before.subscriptions {
+                    return after;
+                }
+            }
+        },
+        "the backplane to stay subscribed on the replica",
+    )
+    .await;
+    assert!(settled.subscriptions >= 3, "{settled:?}");
+    // An invalidation made on the primary reaches A through replication.
+    let b = process(&primary.url()).await;
+    let received = settled.received;
+    guard(b.tier.invalidate(&"k".to_string()), "invalidate")
+        .await
+        .unwrap();
+    guard(
+        async {
+            while a.l2.backplane_stats().unwrap().received == received {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+        "the replicated invalidation",
+    )
+    .await;
+}
+
 async fn failover_moves_the_backplane(old_primary: RedisServer, kill_clients: bool) {
     let new_primary = RedisServer::start().expect("a second redis-server");
     let address = crate::forwarder::Forwarder::start(old_primary.port()).await;
