@@ -1059,15 +1059,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
                 continue;
             }
             let rank = self.rank(at, now);
-            if self.in_window(at) {
-                st.window_pool.offer(Candidate {
-                    rank,
-                    idx: at.encode(),
-                    freq: 0,
-                });
-            } else {
-                self.offer_main(st, at, rank);
-            }
+            self.offer_in_its_region(st, at, rank);
         }
         // A target below the window's length (the miniature simulations lowered the share)
         // is reached by demoting the window's oldest entries into main, up to 4 per eviction:
@@ -1200,18 +1192,25 @@ impl<K: Eq + Hash, V> Table<K, V> {
                 continue;
             }
             let rank = self.rank(at, now);
-            if self.in_window(at) {
-                st.window_pool.offer(Candidate {
-                    rank,
-                    idx: c.idx,
-                    freq: 0,
-                });
-            } else if rank <= c.rank {
+            if !self.in_window(at) && rank <= c.rank {
                 return Some(at);
-            } else {
-                // Hit since pooled: its count may have moved too.
-                self.offer_main(st, at, rank);
             }
+            // Hit since pooled (its count may have moved too), or its place now holds a
+            // window entry.
+            self.offer_in_its_region(st, at, rank);
+        }
+    }
+
+    /// Pools `at` at `rank` in the pool of the region it is in now (window or main).
+    fn offer_in_its_region(&mut self, st: &mut State, at: At, rank: u64) {
+        if self.in_window(at) {
+            st.window_pool.offer(Candidate {
+                rank,
+                idx: at.encode(),
+                freq: 0,
+            });
+        } else {
+            self.offer_main(st, at, rank);
         }
     }
 
@@ -1234,15 +1233,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
         self.pool.remove(pos);
         if held {
             let rank = self.rank(at, now);
-            if self.in_window(at) {
-                st.window_pool.offer(Candidate {
-                    rank,
-                    idx: c.idx,
-                    freq: 0,
-                });
-            } else {
-                self.offer_main(st, at, rank);
-            }
+            self.offer_in_its_region(st, at, rank);
         }
     }
 

@@ -123,14 +123,7 @@ impl Forwarder {
 /// A failover behind `address`: `old` becomes a replica of `new` (its connections stay open
 /// and answer `-READONLY` to writes), and new connections to `address` reach `new`.
 pub(crate) async fn fail_over(old: &RedisServer, new: &RedisServer, address: &Forwarder) {
-    let admin = redis::Client::open(old.url().as_str()).unwrap();
-    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(new.port())
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    replicate(old, new).await;
     address.retarget(new.port());
 }
 
@@ -143,22 +136,36 @@ pub(crate) async fn fail_over_killing_clients(
     address: &Forwarder,
 ) {
     address.retarget(new.port());
-    let admin = redis::Client::open(old.url().as_str()).unwrap();
-    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
-    let _: redis::Value = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("normal")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    kill_clients(old, "normal").await;
     // Let every client see its connection close (the backplane's role probe among them)
     // before the node changes role.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    replicate(old, new).await;
+}
+
+/// A connection to `server` for the test's own commands.
+pub(crate) async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(server.url().as_str()).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
+/// `replica` replicates `primary` from now on (`REPLICAOF`).
+pub(crate) async fn replicate(replica: &RedisServer, primary: &RedisServer) {
     let _: () = redis::cmd("REPLICAOF")
         .arg("127.0.0.1")
-        .arg(new.port())
-        .query_async(&mut admin)
+        .arg(primary.port())
+        .query_async(&mut admin(replica).await)
+        .await
+        .unwrap();
+}
+
+/// Closes `server`'s clients of type `kind` (`normal`, `pubsub`): `CLIENT KILL TYPE`.
+pub(crate) async fn kill_clients(server: &RedisServer, kind: &str) {
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg(kind)
+        .query_async(&mut admin(server).await)
         .await
         .unwrap();
 }

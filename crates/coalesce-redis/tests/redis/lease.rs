@@ -345,26 +345,8 @@ pub(crate) async fn an_acquisition_that_times_out_does_not_leave_the_lease_held(
     // The connection's own response timeout, or the lease's: either way, no answer.
     assert!(answer.is_err(), "{answer:?}");
     address.hold(1, false);
-    let admin = redis::Client::open(server.url().as_str()).unwrap();
-    let admin = admin.get_multiplexed_async_connection().await.unwrap();
-    let released = |key: String| {
-        let mut admin = admin.clone();
-        tokio::time::timeout(HANG_GUARD, async move {
-            loop {
-                let exists: i64 = redis::cmd("EXISTS")
-                    .arg(&key)
-                    .query_async(&mut admin)
-                    .await
-                    .unwrap();
-                if exists == 0 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
     assert!(
-        released(lease.redis_key("k")).await.is_ok(),
+        exists_within(&server, &lease.redis_key("k"), false).await,
         "the lease the timed-out call took is still held"
     );
     // The same for a call dropped (its caller gave up first) after its `SET` was sent.
@@ -385,7 +367,7 @@ pub(crate) async fn an_acquisition_that_times_out_does_not_leave_the_lease_held(
     assert!(gave_up.is_err(), "the call was dropped before its answer");
     address.hold(connection, false);
     assert!(
-        released(patient.redis_key("d")).await.is_ok(),
+        exists_within(&server, &patient.redis_key("d"), false).await,
         "the lease the dropped call took is still held"
     );
 }
@@ -409,8 +391,6 @@ pub(crate) async fn a_set_that_lands_after_its_release_is_released_again(server:
     address.hold_requests(1, true);
     let answer = lease.try_acquire("k", Duration::from_secs(60)).await;
     assert!(answer.is_err(), "{answer:?}");
-    let admin = redis::Client::open(server.url().as_str()).unwrap();
-    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
     tokio::time::timeout(HANG_GUARD, async {
         while address.accepted() < 2 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -422,36 +402,32 @@ pub(crate) async fn a_set_that_lands_after_its_release_is_released_again(server:
     // Then the `SET` lands: the lease is held, by a token nobody has.
     address.hold_requests(1, false);
     let key = lease.redis_key("k");
-    let landed = tokio::time::timeout(HANG_GUARD, async {
+    assert!(
+        exists_within(&server, &key, true).await,
+        "the late SET landed"
+    );
+    let released = exists_within(&server, &key, false).await;
+    assert!(released, "the late SET's lease is still held");
+}
+
+/// Whether `key` comes to exist (`exists`), or to be gone, on `server` within `HANG_GUARD`.
+async fn exists_within(server: &RedisServer, key: &str, exists: bool) -> bool {
+    let mut admin = crate::forwarder::admin(server).await;
+    tokio::time::timeout(HANG_GUARD, async {
         loop {
-            let exists: i64 = redis::cmd("EXISTS")
-                .arg(&key)
+            let found: i64 = redis::cmd("EXISTS")
+                .arg(key)
                 .query_async(&mut admin)
                 .await
                 .unwrap();
-            if exists == 1 {
+            if (found == 1) == exists {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
-    .await;
-    assert!(landed.is_ok(), "the late SET landed");
-    let released = tokio::time::timeout(HANG_GUARD, async {
-        loop {
-            let exists: i64 = redis::cmd("EXISTS")
-                .arg(&key)
-                .query_async(&mut admin)
-                .await
-                .unwrap();
-            if exists == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    assert!(released.is_ok(), "the late SET's lease is still held");
+    .await
+    .is_ok()
 }
 
 /// A failover behind one address (a DNS name or virtual IP that moves to the new primary): the

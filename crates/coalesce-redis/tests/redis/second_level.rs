@@ -927,15 +927,7 @@ pub(crate) async fn a_move_behind_the_address_takes_every_connection_along(old: 
         .unwrap();
     assert_eq!((done.receivers, done.acked), (2, 2), "before the move");
     address.retarget(new.port());
-    let admin = redis::Client::open(old.url().as_str()).unwrap();
-    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
-    let _: redis::Value = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    crate::forwarder::kill_clients(&old, "pubsub").await;
     for p in [&a, &b] {
         guard(
             async {
@@ -1023,27 +1015,16 @@ pub(crate) async fn a_dead_connection_is_replaced_when_callers_give_up_first(ser
 /// re-subscribed for ever, emptying L1 each time and leaving it unchecked in between.
 pub(crate) async fn an_address_left_on_a_replica_is_accepted(primary: RedisServer) {
     let replica = RedisServer::start().expect("a second redis-server");
-    let primary_admin = redis::Client::open(primary.url().as_str()).unwrap();
-    let mut primary_admin = primary_admin
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
     // No 5 s wait before the first (diskless) sync.
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("repl-diskless-sync-delay")
         .arg("0")
-        .query_async(&mut primary_admin)
+        .query_async(&mut crate::forwarder::admin(&primary).await)
         .await
         .unwrap();
-    let admin = redis::Client::open(replica.url().as_str()).unwrap();
-    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(primary.port())
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    crate::forwarder::replicate(&replica, &primary).await;
+    let mut admin = crate::forwarder::admin(&replica).await;
     guard(
         async {
             loop {
@@ -1067,13 +1048,7 @@ pub(crate) async fn an_address_left_on_a_replica_is_accepted(primary: RedisServe
     // A's subscription on the primary is closed.
     tokio::time::sleep(Duration::from_millis(300)).await;
     address.retarget(replica.port());
-    let _: redis::Value = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query_async(&mut primary_admin)
-        .await
-        .unwrap();
+    crate::forwarder::kill_clients(&primary, "pubsub").await;
     // It settles: subscribed, and no new subscription for a second.
     let settled = guard(
         async {
