@@ -138,6 +138,16 @@ pub enum SettingsError {
     /// A zero lease timeout would fail open on every call.
     #[error("the lease timeout must be greater than zero")]
     ZeroLeaseTimeout,
+    /// The lease timeout is not under the lease ttl: a grant (or an extension) answered that
+    /// late is already expired when it arrives, so another process may hold the key's lease
+    /// while this one fills believing it does.
+    #[error("the lease timeout {lease_timeout:?} must be under the lease ttl {ttl:?}")]
+    LeaseTimeoutNotUnderTtl {
+        /// The lease timeout.
+        lease_timeout: Duration,
+        /// The lease ttl.
+        ttl: Duration,
+    },
 }
 
 /// Builds a [`DistributedGroup`] with non-default settings.
@@ -194,7 +204,8 @@ impl DistributedBuilder {
     }
 
     /// The longest this group waits for any one lease call before it fills without the lease
-    /// (fail open). Default 200 ms.
+    /// (fail open). Default 200 ms. Must be under the ttl (a grant answered that late arrives
+    /// expired): `build` refuses it otherwise.
     pub fn lease_timeout(mut self, limit: Duration) -> Self {
         self.settings.lease_timeout = limit;
         self
@@ -235,6 +246,9 @@ impl DistributedBuilder {
         }
         if lease_timeout.is_zero() {
             return Err(SettingsError::ZeroLeaseTimeout);
+        }
+        if lease_timeout >= ttl {
+            return Err(SettingsError::LeaseTimeoutNotUnderTtl { lease_timeout, ttl });
         }
         Ok(DistributedGroup {
             group,

@@ -748,6 +748,28 @@ fn a_lease_ttl_no_service_can_grant_is_refused_at_build() {
     ));
 }
 
+/// A lease timeout that is not under the ttl is refused at build: a grant answered that late
+/// arrives expired (the defaults allowed a 100 ms ttl with the 200 ms default timeout).
+#[test]
+fn a_lease_timeout_not_under_the_ttl_is_refused_at_build() {
+    use coalesce::SettingsError;
+    let build = |ttl: Duration, lease_timeout: Duration| {
+        DistributedGroup::builder(Arc::new(MemoryLease::new()))
+            .ttl(ttl)
+            .lease_timeout(lease_timeout)
+            .build::<u32, u64, String>(Group::new())
+            .map(drop)
+    };
+    let ms = Duration::from_millis;
+    assert_eq!(build(ms(300), ms(200)), Ok(()));
+    for (ttl, lease_timeout) in [(ms(100), ms(200)), (ms(200), ms(200))] {
+        assert_eq!(
+            build(ttl, lease_timeout),
+            Err(SettingsError::LeaseTimeoutNotUnderTtl { lease_timeout, ttl })
+        );
+    }
+}
+
 /// Four processes miss one key while the backend is down: the lease holder's fill fails after
 /// one fill time, and the others, which waited for it, then fill side by side. Before, each
 /// took the lease in turn and filled holding it, so the last answered after four fill times
