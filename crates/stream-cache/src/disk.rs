@@ -1762,6 +1762,24 @@ mod tests {
         Some(crate::read_to_end(&mut *hit.body).await.unwrap())
     }
 
+    /// A fresh directory under the system's temp dir for one test (`tag`, this process, now).
+    fn temp_root(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!(
+            "{tag}-{}-{:?}",
+            std::process::id(),
+            SystemTime::now()
+        ))
+    }
+
+    /// A 1 MiB `DiskStorage` at `root` with `Durability::Full`.
+    async fn durable(root: &Path) -> DiskStorage {
+        DiskStorage::builder(root, 1 << 20)
+            .durability(Durability::Full)
+            .open()
+            .await
+            .unwrap()
+    }
+
     /// `begin_write` awaits the blocking pool (it creates the temp file) before the write
     /// becomes visible: a purge in that window is final. The creation is held there, so the
     /// window is certain: the integration test this replaces tried keys until a first poll
@@ -1769,11 +1787,7 @@ mod tests {
     /// blocking thread can preempt its waker and finish first).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_purge_while_begin_write_creates_its_file_is_final() {
-        let root = std::env::temp_dir().join(format!(
-            "stream-cache-begin-purge-{}-{:?}",
-            std::process::id(),
-            SystemTime::now()
-        ));
+        let root = temp_root("stream-cache-begin-purge");
         let storage = DiskStorage::builder(&root, 1 << 20).open().await.unwrap();
         store(&storage, "k", b"older").await;
         let (release, held) = std::sync::mpsc::channel();
@@ -1800,16 +1814,8 @@ mod tests {
     /// the fsynced file and served the purged body.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_purge_during_a_durable_finish_is_durable() {
-        let root = std::env::temp_dir().join(format!(
-            "stream-cache-purge-finish-{}-{:?}",
-            std::process::id(),
-            SystemTime::now()
-        ));
-        let storage = DiskStorage::builder(&root, 1 << 20)
-            .durability(Durability::Full)
-            .open()
-            .await
-            .unwrap();
+        let root = temp_root("stream-cache-purge-finish");
+        let storage = durable(&root).await;
         let key: CacheKey = "k".into();
         let mut writer = storage
             .begin_write(&key, ObjectMeta::default())
@@ -1840,16 +1846,8 @@ mod tests {
     /// though the object's name might not survive a power loss.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_durable_finish_whose_directory_sync_fails_is_an_error() {
-        let root = std::env::temp_dir().join(format!(
-            "stream-cache-dirsync-{}-{:?}",
-            std::process::id(),
-            SystemTime::now()
-        ));
-        let storage = DiskStorage::builder(&root, 1 << 20)
-            .durability(Durability::Full)
-            .open()
-            .await
-            .unwrap();
+        let root = temp_root("stream-cache-dirsync");
+        let storage = durable(&root).await;
         let mut writer = storage
             .begin_write(&"k".into(), ObjectMeta::default())
             .await
@@ -1887,11 +1885,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn colliding_keys_are_both_stored() {
         layout::COLLIDE.store(true, Ordering::Relaxed);
-        let root = std::env::temp_dir().join(format!(
-            "stream-cache-collide-{}-{:?}",
-            std::process::id(),
-            SystemTime::now()
-        ));
+        let root = temp_root("stream-cache-collide");
         let storage = DiskStorage::open(&root, 1 << 20).await.unwrap();
         store(&storage, "a", b"body of a").await;
         store(&storage, "b", b"body of b").await;

@@ -331,12 +331,7 @@ pub(crate) async fn an_acquisition_that_times_out_does_not_leave_the_lease_held(
 ) {
     let address = Forwarder::start(server.port()).await;
     let url = address.url();
-    let lease = RedisLease::builder(&url)
-        .connect_timeout(Duration::from_secs(5))
-        .command_timeout(Duration::from_millis(100))
-        .reconnect_backoff(Duration::from_millis(10))
-        .build()
-        .unwrap();
+    let lease = impatient_lease(&url);
     // Connected while Redis answers promptly (connection 1); then its answers stop.
     let warm = lease.try_acquire("warm", Duration::from_secs(60)).await;
     assert!(matches!(warm, Ok(Acquire::Acquired(_))), "{warm:?}");
@@ -378,12 +373,7 @@ pub(crate) async fn an_acquisition_that_times_out_does_not_leave_the_lease_held(
 /// Found by review: the one release could overtake its own `SET`.
 pub(crate) async fn a_set_that_lands_after_its_release_is_released_again(server: RedisServer) {
     let address = Forwarder::start(server.port()).await;
-    let lease = RedisLease::builder(address.url())
-        .connect_timeout(Duration::from_secs(5))
-        .command_timeout(Duration::from_millis(100))
-        .reconnect_backoff(Duration::from_millis(10))
-        .build()
-        .unwrap();
+    let lease = impatient_lease(&address.url());
     let warm = lease.try_acquire("warm", Duration::from_secs(60)).await;
     assert!(matches!(warm, Ok(Acquire::Acquired(_))), "{warm:?}");
     // The `SET` of "k" waits in the network while the call times out and the background
@@ -408,6 +398,16 @@ pub(crate) async fn a_set_that_lands_after_its_release_is_released_again(server:
     );
     let released = exists_within(&server, &key, false).await;
     assert!(released, "the late SET's lease is still held");
+}
+
+/// A lease at `url` that connects patiently (5 s) but waits 100 ms for a command's answer.
+fn impatient_lease(url: &str) -> RedisLease {
+    RedisLease::builder(url)
+        .connect_timeout(Duration::from_secs(5))
+        .command_timeout(Duration::from_millis(100))
+        .reconnect_backoff(Duration::from_millis(10))
+        .build()
+        .unwrap()
 }
 
 /// Whether `key` comes to exist (`exists`), or to be gone, on `server` within `HANG_GUARD`.
