@@ -1360,6 +1360,60 @@ async fn a_chunked_body_over_the_limit_is_passed_after_the_first_failure() {
     }
 }
 
+/// A chunked body that fails only because other writes in progress held the storage (a
+/// capacity squeeze, `NoRoom`) does not mark its URL hit-for-pass: once the room is back, the
+/// URL is cached again. Before, the squeeze aborted with the same `TooLarge` as a body over
+/// the object limit, and the URL passed to the origin on every request for 120 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_squeezed_out_by_writes_in_progress_is_cached_again_later() {
+    const KIB: usize = 1024;
+    let hold = Gate::new();
+    let origin = Origin::start({
+        let hold = hold.clone();
+        move |_, head| {
+            let mut steps = vec![Step::Send(head_chunked(""))];
+            if head.starts_with("GET /holder ") {
+                // 700 KiB in flight until the gate opens, then the end of the body.
+                steps.push(Step::Send(chunk(&body_of(700 * KIB))));
+                steps.push(Step::Wait(hold.clone()));
+            } else {
+                for piece in body_of(600 * KIB).chunks(50 * KIB) {
+                    steps.push(Step::Send(chunk(piece)));
+                }
+            }
+            steps.push(Step::Send(Bytes::from_static(LAST_CHUNK)));
+            steps
+        }
+    })
+    .await;
+    let storage = std::sync::Arc::new(stream_cache::MemStorage::new(1 << 20));
+    let (proxy, _handle) = proxy_over(origin.addr, storage.clone(), |_| {}).await;
+    let mut holder = get_simple(proxy, "/holder").await.into_body();
+    assert_eq!(read_prefix(&mut holder, 700 * KIB).await.len(), 700 * KIB);
+    // 600 KiB fits the storage alone, not beside the 700 KiB still being written.
+    assert!(
+        read_body(get_simple(proxy, "/squeezed").await)
+            .await
+            .is_err(),
+        "the squeezed fill fails"
+    );
+    // The holder's body ends: its write is complete (an object eviction can take), no longer
+    // a write in progress.
+    hold.open();
+    assert!(holder.collect().await.is_ok());
+    let fetched = origin.requests();
+    for _ in 0..3 {
+        let response = get_simple(proxy, "/squeezed").await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(read_body(response).await.unwrap(), body_of(600 * KIB));
+    }
+    assert_eq!(
+        origin.requests(),
+        fetched + 1,
+        "after the squeeze the URL is filled once and cached, not passed"
+    );
+}
+
 /// `If-Match` and `If-Unmodified-Since` are evaluated against the stored 200, as nginx does
 /// (RFC 9110 13.2.2): 412 when false. Before, they were dropped from the fill and never
 /// checked, so a resume sending `If-Match` with `Range` could splice two versions of a body.

@@ -65,7 +65,7 @@
 //! written (the header's when the write begins), so the capacity holds at all times, counting
 //! writes in progress. To make room, complete objects are evicted (CLOCK with a referenced
 //! bit, as `MemStorage`); a write that cannot get room because everything else is in progress
-//! aborts with `TooLarge`. Evicting unlinks the file: readers that have it open keep reading
+//! aborts with `NoRoom` (the same body may fit later). Evicting unlinks the file: readers that have it open keep reading
 //! it (Unix keeps an unlinked file alive while it is open; on Windows std opens files with
 //! delete sharing, so the name goes and the data stays until the last handle closes). Such
 //! files occupy disk until their readers finish, without being charged.
@@ -1000,14 +1000,12 @@ impl DiskShared {
     }
 
     /// Charges a new write's head (`len` bytes), evicting complete objects to make room; with
-    /// none, aborts the write (`TooLarge`, which `begin_write` turns into `NoRoom`). Returns
-    /// whether it was charged.
+    /// none, aborts the write (`NoRoom`, which `begin_write` turns into the error `NoRoom`).
+    /// Returns whether it was charged.
     fn charge_head(&self, index: &mut Index, write: &ActiveWrite, len: u64) -> bool {
         index.make_room(len, self.capacity, &self.layout);
         if index.used + len > self.capacity {
-            write.cell.abort(AbortReason::TooLarge {
-                limit: self.capacity,
-            });
+            write.cell.abort(self.no_room(0, len));
             return false;
         }
         index.used += len;
@@ -1023,13 +1021,26 @@ impl DiskShared {
         }
         index.make_room(n, self.capacity, &self.layout);
         if index.used.saturating_add(n) > self.capacity {
-            return Err(AbortReason::TooLarge {
-                limit: self.capacity,
-            });
+            return Err(self.no_room(write.charged.load(Ordering::Relaxed), n));
         }
         index.used += n;
         write.charged.fetch_add(n, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Why a write that has `charged` bytes cannot get `n` more: `TooLarge` if it alone would
+    /// outgrow the capacity, else `NoRoom` (writes in progress hold the room; the same body may
+    /// fit later).
+    fn no_room(&self, charged: u64, n: u64) -> AbortReason {
+        if charged.saturating_add(n) > self.capacity {
+            AbortReason::TooLarge {
+                limit: self.capacity,
+            }
+        } else {
+            AbortReason::NoRoom {
+                capacity: self.capacity,
+            }
+        }
     }
 
     /// Abort a write, unindex it (in that order, under the index lock), give back its bytes and
@@ -1256,9 +1267,7 @@ impl Storage for DiskStorage {
             if admission == Admission::Admitted && no_room {
                 // No room even if every complete object went (writes in progress hold it):
                 // refused before anything is dropped, so the key's previous object stays.
-                write.cell.abort(AbortReason::TooLarge {
-                    limit: shared.capacity,
-                });
+                write.cell.abort(shared.no_room(0, header.len() as u64));
             } else if admission == Admission::Admitted {
                 // Replacing: the previous object stops being visible now (its readers keep
                 // their open files). A previous write in progress keeps going for the readers
@@ -1276,7 +1285,9 @@ impl Storage for DiskStorage {
             }
         }
         drop(fence);
-        if let WriteState::Aborted(AbortReason::TooLarge { .. }) = write.cell.state() {
+        if let WriteState::Aborted(AbortReason::NoRoom { .. } | AbortReason::TooLarge { .. }) =
+            write.cell.state()
+        {
             // Refused for room: an error, not a writer born aborted, so a caller that would
             // publish it (`StreamCache`) has nothing to hand its readers but the refusal (its
             // readers got a body that failed at its first byte). The guard removes the file.

@@ -6,7 +6,8 @@
 //! only, tagged with a write id, so a superseded writer can never touch the newer entry.
 //! Eviction is a CLOCK sweep over complete objects only: an in-progress body is never evicted
 //! from under its readers, and a chunk that would take the writes in progress past the capacity
-//! is refused instead (its write aborts, `TooLarge`), so the capacity bounds everything charged,
+//! is refused instead (its write aborts: `NoRoom`, or `TooLarge` for a body larger than the whole
+//! storage), so the capacity bounds everything charged,
 //! as `DiskStorage`'s does. The CLOCK queue is compacted when stale records (of replaced or
 //! purged objects) outnumber live ones, so it stays O(objects) whatever the write pattern.
 
@@ -31,8 +32,8 @@ use crate::traits::{
 
 /// In-memory storage holding at most `capacity` bytes, complete objects and writes in progress
 /// together. Writes in progress are never evicted: a chunk that would take them past the
-/// capacity (after every complete object went) aborts its write with `TooLarge`, before
-/// anything is evicted for it. (Until session 14 writes in progress were not bounded: a
+/// capacity (after every complete object went) aborts its write with `NoRoom` (`TooLarge` when
+/// the body alone outgrew the capacity), before anything is evicted for it. (Until session 14 writes in progress were not bounded: a
 /// proxy whose clients started many large fills and hung up grew past its capacity by a whole
 /// object per abandoned fill.)
 ///
@@ -375,8 +376,19 @@ impl BodyWriter for MemWriter {
         // are memory: every write is bounded and charged alike.
         if (index.used - index.complete_bytes).saturating_add(n) > capacity {
             // No room even if every complete object went: refused before anything is
-            // evicted for it (the lock order index -> cell, as `purge`'s).
-            let reason = AbortReason::TooLarge { limit: capacity };
+            // evicted for it (the lock order index -> cell, as `purge`'s). `TooLarge` if the
+            // body alone would not fit, `NoRoom` if other writes in progress hold the room
+            // (the same body may fit later).
+            let own = self
+                .object
+                .charged
+                .load(Ordering::Relaxed)
+                .saturating_add(n);
+            let reason = if own > capacity {
+                AbortReason::TooLarge { limit: capacity }
+            } else {
+                AbortReason::NoRoom { capacity }
+            };
             self.object.cell.abort(reason.clone());
             index.remove_if_current(&self.key, self.id);
             self.object.release(&mut index);

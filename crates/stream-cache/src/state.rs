@@ -40,6 +40,15 @@ pub enum AbortReason {
         /// The limit, in bytes.
         limit: u64,
     },
+    /// The storage had no room for the body's next bytes: other writes in progress hold its
+    /// capacity, and evicting every complete object would not make enough. Unlike `TooLarge`,
+    /// the same body may fit later, once those writes end (a caching proxy should not treat the
+    /// object as too big to cache).
+    #[error("no room: writes in progress hold the storage's capacity of {capacity} bytes")]
+    NoRoom {
+        /// The storage's capacity, in bytes.
+        capacity: u64,
+    },
     /// The body's length differs from the length declared in its meta.
     #[error("declared length {expected} bytes but {written} were written")]
     LengthMismatch {
@@ -85,6 +94,7 @@ impl AbortReason {
             AbortReason::WriterDropped => AbortKind::WriterDropped,
             AbortReason::Upstream(_) => AbortKind::Upstream,
             AbortReason::TooLarge { .. } => AbortKind::TooLarge,
+            AbortReason::NoRoom { .. } => AbortKind::NoRoom,
             AbortReason::LengthMismatch { .. } => AbortKind::LengthMismatch,
             AbortReason::FillTimedOut => AbortKind::FillTimedOut,
             AbortReason::Purged => AbortKind::Purged,
@@ -104,6 +114,7 @@ pub enum AbortKind {
     WriterDropped,
     Upstream,
     TooLarge,
+    NoRoom,
     LengthMismatch,
     FillTimedOut,
     Purged,

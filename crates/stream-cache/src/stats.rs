@@ -17,10 +17,11 @@ use crate::traits::StorageUsage;
 const STRIPES: usize = 16;
 
 /// Every abort cause, in the order of [`AbortCounts`].
-pub(crate) const KINDS: [AbortKind; 10] = [
+pub(crate) const KINDS: [AbortKind; 11] = [
     AbortKind::WriterDropped,
     AbortKind::Upstream,
     AbortKind::TooLarge,
+    AbortKind::NoRoom,
     AbortKind::LengthMismatch,
     AbortKind::FillTimedOut,
     AbortKind::Purged,

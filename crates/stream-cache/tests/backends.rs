@@ -182,7 +182,7 @@ async fn mem_evicts_complete_objects_only() {
     assert!(
         matches!(
             refused,
-            Err(WriteError::Aborted(AbortReason::TooLarge { limit: 100 }))
+            Err(WriteError::Aborted(AbortReason::NoRoom { capacity: 100 }))
         ),
         "{refused:?}"
     );
@@ -206,6 +206,21 @@ async fn mem_evicts_complete_objects_only() {
     assert!(storage.used_bytes() <= 100);
     d.finish().await.unwrap();
     assert!(storage.lookup(&key("d")).await.unwrap().is_some());
+
+    // A body that alone outgrows the storage is `TooLarge`, not `NoRoom`: it never fits.
+    let mut e = storage
+        .begin_write(&key("e"), ObjectMeta::default())
+        .await
+        .unwrap();
+    e.write(body(60)).await.unwrap();
+    let refused = e.write(body(60)).await;
+    assert!(
+        matches!(
+            refused,
+            Err(WriteError::Aborted(AbortReason::TooLarge { limit: 100 }))
+        ),
+        "{refused:?}"
+    );
 }
 
 /// A write that stops being the key's object while in progress (replaced, or expired at a

@@ -182,7 +182,8 @@ async fn eviction_spares_readers_and_referenced_objects() {
 }
 
 /// A write that cannot get room because everything else is in progress aborts with
-/// `TooLarge { limit: capacity }`; nothing in progress is evicted.
+/// `NoRoom { capacity }` (not `TooLarge`: the same body fits once the others end); nothing in
+/// progress is evicted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_in_progress_are_never_evicted() {
     let dir = TempDir::new();
@@ -192,7 +193,7 @@ async fn writes_in_progress_are_never_evicted() {
     assert!(
         matches!(
             refused,
-            Err(WriteError::Aborted(AbortReason::TooLarge { limit })) if limit == capacity
+            Err(WriteError::Aborted(AbortReason::NoRoom { capacity: c })) if c == capacity
         ),
         "{refused:?}"
     );
@@ -226,7 +227,7 @@ async fn a_write_that_cannot_fit_evicts_nothing() {
     assert!(
         matches!(
             refused,
-            Err(WriteError::Aborted(AbortReason::TooLarge { .. }))
+            Err(WriteError::Aborted(AbortReason::NoRoom { .. }))
         ),
         "{refused:?}"
     );
