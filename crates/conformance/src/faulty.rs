@@ -243,6 +243,11 @@ impl<S: Storage> Storage for Faulty<S> {
         self.state.stall().await;
         self.inner.purge(key).await
     }
+
+    async fn invalidate(&self, key: &CacheKey) -> Result<bool, StorageError> {
+        self.state.stall().await;
+        self.inner.invalidate(key).await
+    }
 }
 
 /// A writer that fails on cue. Dropping it drops the inner writer (the inner backend's abort).

@@ -183,6 +183,7 @@ macro_rules! storage_tests {
                 fault_stream_aborted_partway
                 purge_is_final_for_a_fenced_write
                 newer_write_wins
+                invalidate_is_final_for_earlier_writes
                 seek_waiting_is_woken
                 range_reader_sees_abort
                 range_end_one_past_length

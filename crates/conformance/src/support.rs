@@ -127,4 +127,8 @@ impl<S: Storage> Storage for Guarded<S> {
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
         self.storage.purge(key).await
     }
+
+    async fn invalidate(&self, key: &CacheKey) -> Result<bool, StorageError> {
+        self.storage.invalidate(key).await
+    }
 }

@@ -120,6 +120,15 @@ async fn purge_undone_by_an_older_write() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn invalidation_undone_by_an_older_write() {
+    suite_catches(
+        Bug::InvalidateForgetsFences,
+        "invalidate_is_final_for_earlier_writes",
+    )
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn older_write_replaces_a_newer_one() {
     suite_catches(Bug::OlderWriteReplacesNewer, "newer_write_wins").await;
 }

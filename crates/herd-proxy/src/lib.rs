@@ -37,8 +37,10 @@
 //!   the stored 200: 304 when it matches; its `If-Match` (strong comparison) or, without one,
 //!   `If-Unmodified-Since`, as nginx: 412 when false. Fills never forward conditionals.
 //! - A request with an unsafe method (`PUT`, `POST`, `DELETE`...) that the origin answers
-//!   2xx or 3xx invalidates every stored variant of its URL (RFC 9111 4.4); `Location` and
-//!   `Content-Location` targets are left alone.
+//!   2xx or 3xx invalidates every stored variant of its URL (RFC 9111 4.4): later requests
+//!   miss, but a body still being written goes on, complete, for the clients already reading
+//!   it (and is not stored), unlike `PURGE`; `Location` and `Content-Location` targets are
+//!   left alone.
 //! - `PURGE` removes every stored variant of a URL (both methods, all coding classes) and aborts
 //!   a body still being written (clients already streaming it see an error); it needs the
 //!   configured token in `X-Purge-Token` (403 otherwise, and always when no token is

@@ -35,6 +35,16 @@ use crate::{Config, ConfigError, SharedStorage};
 pub(crate) type RespBody = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 const PURGE_TOKEN_HEADER: &str = "x-purge-token";
+
+/// How a URL's stored variants go.
+#[derive(Debug, Clone, Copy)]
+enum Removal {
+    /// `PURGE`: "stop serving this": a body still being written aborts for its readers.
+    Purge,
+    /// After an accepted unsafe method (RFC 9111 4.4): "the stored copies are out of date":
+    /// later requests miss, but a body still being written completes for its readers.
+    Invalidate,
+}
 const CACHE_STATUS_HEADER: &str = "x-cache";
 
 /// Headers that describe one connection, never forwarded or stored (RFC 9110 section 7.6.1).
@@ -309,9 +319,14 @@ impl Inner {
             // A PUT, POST, DELETE... the origin accepted changed the URL: what is stored for
             // it must go (RFC 9111 4.4; a client reading its own write got the old copy).
             let accepted = response.status().is_success() || response.status().is_redirection();
+            // Invalidated, not purged: a body still streaming to other clients completes
+            // for them (they asked before this write; cutting them off would let any client
+            // whose POST is answered 2xx/3xx break others' downloads), and is not stored.
             if changes
                 && accepted
-                && let Err(error) = self.purge_url(&authority, &path).await
+                && let Err(error) = self
+                    .remove_url(&authority, &path, Removal::Invalidate)
+                    .await
             {
                 tracing::warn!(%error, path, "invalidation after an unsafe method failed");
             }
@@ -334,7 +349,7 @@ impl Inner {
             return full(StatusCode::FORBIDDEN, "purge refused\n");
         }
         self.metrics.purges.inc();
-        let removed = match self.purge_url(authority, path).await {
+        let removed = match self.remove_url(authority, path, Removal::Purge).await {
             Ok(removed) => removed,
             Err(error) => {
                 tracing::warn!(%error, path, "purge failed");
@@ -351,15 +366,22 @@ impl Inner {
 
     /// Removes every stored variant of the URL (both methods, all coding classes) and its
     /// hit-for-pass marks; returns how many objects went.
-    async fn purge_url(&self, authority: &str, path: &str) -> Result<usize, StorageError> {
+    async fn remove_url(
+        &self,
+        authority: &str,
+        path: &str,
+        how: Removal,
+    ) -> Result<usize, StorageError> {
         let mut removed = 0usize;
         for method in [Method::GET, Method::HEAD] {
             for coding in Coding::ALL {
                 let key = CacheKey::from(policy::cache_key(&method, authority, path, coding));
                 self.hit_for_pass.clear(&key);
-                if self.cache.purge(key).await? {
-                    removed += 1;
-                }
+                let gone = match how {
+                    Removal::Purge => self.cache.purge(key).await?,
+                    Removal::Invalidate => self.cache.invalidate(key).await?,
+                };
+                removed += usize::from(gone);
             }
         }
         Ok(removed)

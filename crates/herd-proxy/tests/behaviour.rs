@@ -1527,6 +1527,54 @@ async fn an_accepted_unsafe_method_invalidates_the_stored_url() {
     assert_eq!(origin.requests(), 4, "GET, DELETE, PUT, GET again");
 }
 
+/// The invalidation after an accepted unsafe method does not cut off a body still streaming
+/// to another client: that client gets all of it (it asked before the write), the next GET
+/// fetches again, and the old body is not stored. Before, the invalidation purged, so any
+/// client whose POST the origin answered 2xx/3xx aborted everyone's download of the URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_unsafe_method_lets_a_body_in_flight_finish() {
+    let rest = Gate::new();
+    let origin = Origin::start({
+        let rest = rest.clone();
+        move |index, head| {
+            if head.starts_with("POST") {
+                return vec![Step::Send(Bytes::from_static(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                ))];
+            }
+            let body = body_of(20_000 + index);
+            let mut steps = vec![Step::Send(head_len(body.len(), ""))];
+            if index == 0 {
+                steps.push(Step::Send(body.slice(..10_000)));
+                steps.push(Step::Wait(rest.clone()));
+                steps.push(Step::Send(body.slice(10_000..)));
+            } else {
+                steps.push(Step::Send(body));
+            }
+            steps
+        }
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let mut reading = get_simple(proxy, "/video").await.into_body();
+    assert_eq!(read_prefix(&mut reading, 10_000).await.len(), 10_000);
+    let post = Request::builder()
+        .method("POST")
+        .uri("/video")
+        .header("host", "test.local")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    assert_eq!(send(proxy, post).await.status(), 200);
+    rest.open();
+    let tail = reading.collect().await.map(|c| c.to_bytes());
+    let tail = tail.expect("the body in flight completes for its reader");
+    assert_eq!(tail, body_of(20_000).slice(10_000..));
+    let next = get_simple(proxy, "/video").await;
+    assert_eq!(next.headers()["x-cache"], "MISS");
+    assert_eq!(read_body(next).await.unwrap(), body_of(20_002));
+    assert_eq!(origin.requests(), 3, "GET, POST, GET again");
+}
+
 /// An upload longer than `response_timeout` whose body keeps moving is not a timeout: the
 /// response timeout counts from the request body's last move (as nginx's read timeout starts
 /// once the request is sent). Before, it counted from the start, so a slow or large upload got

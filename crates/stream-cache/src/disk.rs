@@ -1323,6 +1323,22 @@ impl Storage for DiskStorage {
     /// fsyncs the subdirectory on the blocking pool: dropped there, the purge holds in this process
     /// but may not survive a power loss.
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
+        self.remove(key, true).await
+    }
+
+    /// As `purge`, but a write in progress is detached, not aborted: it completes for the
+    /// readers bound to it (their open file) and its `finish` finds it is no longer current,
+    /// as a superseded write's does.
+    ///
+    /// Cancel safety: as `purge`.
+    async fn invalidate(&self, key: &CacheKey) -> Result<bool, StorageError> {
+        self.remove(key, false).await
+    }
+}
+
+impl DiskStorage {
+    /// `purge` (`abort`) or `invalidate`.
+    async fn remove(&self, key: &CacheKey, abort: bool) -> Result<bool, StorageError> {
         let (removed, unsynced) = {
             let mut index = self.shared.lock_index();
             self.shared.fences.purge(key);
@@ -1330,7 +1346,9 @@ impl Storage for DiskStorage {
             if let Some(write) = index.active.remove(key) {
                 // Its temp file stays charged until its writer goes (and removes it): the
                 // bytes are on disk until then.
-                write.cell.abort(AbortReason::Purged);
+                if abort {
+                    write.cell.abort(AbortReason::Purged);
+                }
                 if write.renamed.load(Ordering::Relaxed) {
                     // A durable `finish` renamed it into place and is syncing that name: its
                     // file is removed here, counted, so that this purge's fsync below makes
@@ -1849,6 +1867,47 @@ mod tests {
         release.send(()).unwrap();
         assert!(finish.await.unwrap().is_err(), "the purged write failed");
         assert_eq!(body_of(&storage, "k").await, None);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// An invalidation in the same window (a durable `finish` syncing the name it renamed into
+    /// place) is as durable as the purge above, but does not fail the write: its reader gets
+    /// the whole body, the finish succeeds, and the object is not stored.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_invalidation_during_a_durable_finish_is_durable_and_lets_the_reader_finish() {
+        let root = temp_root("stream-cache-invalidate-finish");
+        let storage = durable(&root).await;
+        let key: CacheKey = "k".into();
+        let mut writer = storage
+            .begin_write(&key, ObjectMeta::default())
+            .await
+            .unwrap();
+        let mut reader = storage.lookup(&key).await.unwrap().unwrap().body;
+        writer.write(Bytes::from_static(b"body")).await.unwrap();
+        let (release, held) = std::sync::mpsc::channel();
+        *storage.shared.hold_next_dir_sync.lock() = Some(held);
+        let finish = tokio::spawn(writer.finish());
+        while storage.shared.hold_next_dir_sync.lock().is_some() {
+            tokio::task::yield_now().await;
+        }
+        let subdir = storage.shared.layout.subdir_path(subdir_of(&key));
+        let files = || std::fs::read_dir(&subdir).unwrap().count();
+        assert_eq!(files(), 1, "the renamed object file");
+        assert!(storage.invalidate(&key).await.unwrap());
+        assert_eq!(files(), 0, "the invalidation removed the renamed file");
+        assert!(!storage.unsynced_unlinks(&key), "and synced its removal");
+        release.send(()).unwrap();
+        assert_eq!(
+            finish.await.unwrap().unwrap(),
+            4,
+            "the detached write completes"
+        );
+        assert_eq!(
+            crate::read_to_end(&mut *reader).await.unwrap(),
+            b"body".to_vec()
+        );
+        assert_eq!(body_of(&storage, "k").await, None);
+        assert_eq!(storage.used_bytes(), 0);
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -349,6 +349,22 @@ impl<S: Storage> StreamCache<S> {
         self.storage.purge(&key).await
     }
 
+    /// Remove `key` from lookups without cutting off its readers (the storage's
+    /// [`invalidate`](Storage::invalidate)), and detach a fill that has not yet published so
+    /// later callers start afresh. As final as [`purge`](Self::purge) for later lookups and
+    /// fills (no fill that started before it publishes under `key`; one whose write had not
+    /// begun is fenced out as by a purge), but a body already being written goes on, complete,
+    /// for the readers attached to it and for callers already waiting on its fill: they asked
+    /// before the invalidation. Counted as a purge.
+    ///
+    /// Cancel safety: as the storage's `invalidate`.
+    pub async fn invalidate(&self, key: impl Into<CacheKey>) -> Result<bool, StorageError> {
+        let key = key.into();
+        self.counters.purge();
+        self.group.forget(&key);
+        self.storage.invalidate(&key).await
+    }
+
     /// Return a reader for `key`, running `fill` if nobody has the object and nobody is filling
     /// it. Concurrent callers for one key share one fill: they get readers attached to its body
     /// as soon as its meta is published, while it streams. Each reader ends with `Ok(None)` only

@@ -214,6 +214,21 @@ impl Shared {
         index.remove_if_current(key, id);
         object.release(&mut index);
     }
+
+    /// Purge (`abort`) or invalidate `key`: fence out earlier writes and unindex its object.
+    /// An in-progress write is aborted `Purged`, or, invalidated, detached: it goes on for its
+    /// readers, stays charged until it ends, and its `finish` finds it is not current.
+    fn remove(&self, key: &CacheKey, abort: bool) -> bool {
+        let mut index = self.index.write();
+        self.fences.purge(key);
+        let Some(entry) = index.remove(key) else {
+            return false;
+        };
+        if abort {
+            entry.object.cell.abort(AbortReason::Purged);
+        }
+        true
+    }
 }
 
 #[async_trait]
@@ -345,13 +360,12 @@ impl Storage for MemStorage {
 
     /// Cancel safety: no await; the purge happens entirely in the first poll.
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
-        let mut index = self.shared.index.write();
-        self.shared.fences.purge(key);
-        let Some(entry) = index.remove(key) else {
-            return Ok(false);
-        };
-        entry.object.cell.abort(AbortReason::Purged);
-        Ok(true)
+        Ok(self.shared.remove(key, true))
+    }
+
+    /// Cancel safety: no await; the invalidation happens entirely in the first poll.
+    async fn invalidate(&self, key: &CacheKey) -> Result<bool, StorageError> {
+        Ok(self.shared.remove(key, false))
     }
 }
 

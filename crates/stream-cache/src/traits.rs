@@ -315,6 +315,22 @@ pub trait Storage: Send + Sync + 'static {
     /// Cancel safety: dropping the future may leave the purge half done (the write aborted but
     /// the complete object still present); calling `purge` again completes it.
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError>;
+
+    /// Remove `key` from lookups without cutting off anyone already reading it: as
+    /// [`purge`](Storage::purge) (the complete object goes, every write whose fence was taken
+    /// before this call is fenced out, later lookups miss), except that an in-progress write is
+    /// detached, not aborted: it goes on for the readers bound to it and ends however it ends
+    /// (a complete body for them), but never becomes the key's object again, as a superseded
+    /// write. For an invalidation that says "stored copies are out of date" (an HTTP cache
+    /// after a `POST` to the URL), where a purge says "stop serving this".
+    ///
+    /// The default purges: a backend that cannot detach a write aborts it (its readers see an
+    /// error, never a clean short end). `MemStorage` and `DiskStorage` detach.
+    ///
+    /// Cancel safety: as `purge`.
+    async fn invalidate(&self, key: &CacheKey) -> Result<bool, StorageError> {
+        self.purge(key).await
+    }
 }
 
 /// The writing half of one object.
@@ -441,5 +457,9 @@ impl<S: Storage + ?Sized> Storage for Arc<S> {
 
     async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
         (**self).purge(key).await
+    }
+
+    async fn invalidate(&self, key: &CacheKey) -> Result<bool, StorageError> {
+        (**self).invalidate(key).await
     }
 }

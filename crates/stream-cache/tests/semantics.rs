@@ -425,6 +425,66 @@ both_backends!(large_body_in_many_chunks, None, |storage: Arc<
     assert!(body == expected, "large body differs");
 });
 
+// An invalidation (not a purge) detaches a write in progress: the reader attached before it
+// gets the whole body and a clean end, the writer finishes, later lookups miss, the write never
+// becomes the key's object, and its bytes are given back when it ends. A complete object goes
+// for lookups while its open reader finishes. A write fenced before the invalidation never
+// becomes visible (as after a purge).
+both_backends!(
+    invalidate_mid_stream_lets_readers_finish,
+    None,
+    |storage: Arc<dyn Storage>| async move {
+        let k = key("object");
+        let baseline = storage.usage().map(|u| u.used_bytes);
+        let mut w = storage
+            .begin_write(&k, ObjectMeta::default())
+            .await
+            .unwrap();
+        w.write(Bytes::from_static(b"hello ")).await.unwrap();
+        let mut hit = storage
+            .lookup(&k)
+            .await
+            .unwrap()
+            .expect("partial body visible");
+        let fenced = storage.fence(&k);
+        assert!(storage.invalidate(&k).await.unwrap());
+        assert!(storage.lookup(&k).await.unwrap().is_none());
+        w.write(Bytes::from_static(b"world")).await.unwrap();
+        assert_eq!(w.finish().await.unwrap(), 11);
+        let (body, end) = drain(&mut *hit.body).await;
+        assert!(end.is_ok(), "the attached reader ends cleanly: {end:?}");
+        assert_eq!(body, b"hello world".to_vec());
+        assert!(
+            storage.lookup(&k).await.unwrap().is_none(),
+            "a detached write never becomes the key's object"
+        );
+        assert_eq!(storage.usage().map(|u| u.used_bytes), baseline);
+        let late = storage
+            .begin_write_fenced(&k, ObjectMeta::default(), fenced)
+            .await
+            .unwrap();
+        assert!(matches!(
+            late.state(),
+            WriteState::Aborted(AbortReason::Purged)
+        ));
+        drop(late);
+
+        let mut w = storage
+            .begin_write(&k, ObjectMeta::default())
+            .await
+            .unwrap();
+        w.write(Bytes::from_static(b"complete")).await.unwrap();
+        w.finish().await.unwrap();
+        let mut hit = storage.lookup(&k).await.unwrap().expect("stored");
+        assert!(storage.invalidate(&k).await.unwrap());
+        assert!(storage.lookup(&k).await.unwrap().is_none());
+        let (body, end) = drain(&mut *hit.body).await;
+        assert!(end.is_ok(), "{end:?}");
+        assert_eq!(body, b"complete".to_vec());
+        assert!(!storage.invalidate(&k).await.unwrap());
+    }
+);
+
 both_backends!(lookup_after_abort_misses, None, |storage: Arc<
     dyn Storage,
 >| async move {

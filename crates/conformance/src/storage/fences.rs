@@ -1,11 +1,13 @@
 //! Cases for write fences (issue 15): a purge is final against a write whose fence predates it,
-//! and of two writes the one with the newer fence wins, whichever became visible first.
+//! and of two writes the one with the newer fence wins, whichever became visible first; an
+//! invalidation is as final as a purge for later lookups and earlier writes, and never truncates
+//! a body for the readers it leaves reading.
 
 use bytes::Bytes;
 use stream_cache::{AbortKind, CacheKey, ObjectMeta, WriteState};
 
-use super::Ctx;
 use super::check;
+use super::{Ctx, Need};
 use crate::report::CaseResult;
 
 /// A fill takes its fence, the key is purged (nothing to remove yet), then the fill begins its
@@ -99,4 +101,88 @@ pub async fn newer_write_wins(ctx: Ctx) -> CaseResult {
         let _ = ctx.step("finish (older)", stale.finish()).await?;
     }
     check::expect_stored(&ctx, "the key after both writes", &key, b"newer").await
+}
+
+/// `invalidate` of a key while its write is in progress, with a reader part-way and a fill's
+/// fence taken before it: lookups miss at once and after the write ends; the reader gets the
+/// whole body and a clean end, or an error, never a clean end short of the body; the write
+/// fenced before the invalidation never becomes visible; a write begun after it is stored.
+/// (Detaching the write in progress, as `MemStorage` and `DiskStorage` do, and aborting it, as
+/// the trait's default `invalidate` does by purging, are both correct.)
+///
+/// Without partial reads there is no reader to check: the rest holds for every backend.
+pub async fn invalidate_is_final_for_earlier_writes(ctx: Ctx) -> CaseResult {
+    let storage = ctx.storage();
+    let key = CacheKey::from("invalidated");
+    let body = check::pattern(3 * 1000, 21);
+    let pieces = check::chunks(&body, 1000);
+    let mut writer = check::begin(&ctx, "begin_write", &key, ObjectMeta::default()).await?;
+    check::write(&ctx, "the first piece", &mut *writer, pieces[0].clone()).await?;
+    let mut hit = check::lookup(&ctx, "lookup of the write in progress", &key).await?;
+    if hit.is_none() && ctx.has(Need::PartialReads) {
+        return Err(ctx.failure(
+            "a write in progress to be found (partial_reads)",
+            "a miss".to_owned(),
+        ));
+    }
+    let fence = storage.fence(&key);
+    let invalidated = ctx
+        .step(
+            "invalidate of the in-progress object",
+            storage.invalidate(&key),
+        )
+        .await?;
+    ctx.ensure(
+        matches!(invalidated, Ok(true)),
+        "invalidate of an in-progress object to return Ok(true)",
+        format!("{invalidated:?}"),
+    )?;
+    check::expect_miss(&ctx, "lookup after the invalidation", &key).await?;
+    // The rest of the body: taken (a detached write) or refused (an aborted one).
+    for piece in &pieces[1..] {
+        let wrote = ctx
+            .step(
+                "writing after the invalidation",
+                writer.write(piece.clone()),
+            )
+            .await?;
+        if wrote.is_err() {
+            break;
+        }
+    }
+    let _ = ctx
+        .step("finish after the invalidation", writer.finish())
+        .await?;
+    if let Some(hit) = &mut hit {
+        let drained =
+            check::drain(&ctx, "the reader of the invalidated write", &mut *hit.body).await?;
+        check::check_never_truncated(&ctx, "the reader of the invalidated write", &drained, &body)?;
+    }
+    check::expect_miss(&ctx, "lookup once the invalidated write ended", &key).await?;
+    let begun = ctx
+        .step(
+            "begin_write_fenced with a fence older than the invalidation",
+            storage.begin_write_fenced(&key, ObjectMeta::default(), fence),
+        )
+        .await?;
+    if let Ok(mut old) = begun {
+        let _ = ctx
+            .step(
+                "write to the fenced-out writer",
+                old.write(Bytes::from_static(b"old")),
+            )
+            .await?;
+        let _ = ctx
+            .step("finish of the fenced-out writer", old.finish())
+            .await?;
+    }
+    check::expect_miss(
+        &ctx,
+        "lookup after a write fenced before the invalidation",
+        &key,
+    )
+    .await?;
+    let fresh = check::pattern(100, 22);
+    check::store(&ctx, &key, ObjectMeta::default(), &fresh).await?;
+    check::expect_stored(&ctx, "a write begun after the invalidation", &key, &fresh).await
 }

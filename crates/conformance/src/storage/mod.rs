@@ -51,7 +51,9 @@ pub use aborts::{
 };
 pub use basics::{empty_body, large_body_many_chunks, meta_round_trip, missing_key, round_trip};
 pub use faults::{fault_failed_finish, fault_failed_write, fault_stream_aborted_partway};
-pub use fences::{newer_write_wins, purge_is_final_for_a_fenced_write};
+pub use fences::{
+    invalidate_is_final_for_earlier_writes, newer_write_wins, purge_is_final_for_a_fenced_write,
+};
 pub use persistent::{
     corrupted_body_is_not_served, expired_object_is_a_miss, persistent_capacity_holds,
     persistent_complete_objects_survive, persistent_expired_objects_are_misses,
@@ -446,6 +448,7 @@ case_table!(
     fault_stream_aborted_partway,
     purge_is_final_for_a_fenced_write,
     newer_write_wins,
+    invalidate_is_final_for_earlier_writes,
     seek_waiting_is_woken,
     range_reader_sees_abort,
     range_end_one_past_length,

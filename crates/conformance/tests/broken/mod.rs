@@ -68,6 +68,9 @@ pub enum Bug {
     /// A read takes its chunk (moving the position) before awaiting its "I/O": a read dropped
     /// there loses the chunk, and the body still ends cleanly, with a hole.
     PositionBeforeIo,
+    /// `invalidate` unindexes the key (detaching a write in progress) but records no purge in
+    /// the fence table: a fill that was already running stores the old body again.
+    InvalidateForgetsFences,
 }
 
 /// Largest chunk one read returns.
@@ -299,6 +302,16 @@ impl Storage for BuggyStorage {
             current.body.abort(AbortReason::Purged);
         }
         Ok(true)
+    }
+
+    async fn invalidate(&self, key: &CacheKey) -> Result<bool, StorageError> {
+        let mut index = self.index.lock().unwrap();
+        // RULE: as `purge`, but an in-progress write is detached (it goes on for its readers,
+        // never to be indexed again), not aborted.
+        if self.bug != Bug::InvalidateForgetsFences {
+            self.fences.purge(key);
+        }
+        Ok(index.remove(key).is_some())
     }
 }
 
