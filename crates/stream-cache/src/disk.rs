@@ -830,10 +830,15 @@ impl Index {
         let stored = self.objects.remove(key)?;
         self.used -= stored.len;
         self.complete -= stored.len;
-        let (path, trash) = (
-            layout.object_path(key, stored.seq),
-            layout.trash_path(key, stored.seq),
-        );
+        self.discard_file(key, stored.seq, layout);
+        self.compact_if_stale();
+        Some(stored)
+    }
+
+    /// Moves the object file of `key`'s write `seq` out of `objects/` (into `tmp/`, unlinked
+    /// once the lock is released) and counts the unlink its subdirectory's next purge must sync.
+    fn discard_file(&mut self, key: &CacheKey, seq: u64, layout: &Layout) {
+        let (path, trash) = (layout.object_path(key, seq), layout.trash_path(key, seq));
         match std::fs::rename(&path, &trash) {
             Ok(()) => self.trash.push(trash),
             Err(error) if error.kind() == io::ErrorKind::NotFound => {}
@@ -842,8 +847,6 @@ impl Index {
             Err(_) => self.trash.push(path),
         }
         self.unlinks[subdir_of(key)] += 1;
-        self.compact_if_stale();
-        Some(stored)
     }
 
     fn compact_if_stale(&mut self) {
@@ -1057,7 +1060,17 @@ impl DiskShared {
                 index.active.remove(key);
             }
             Self::release(&mut index, write);
-            write.file_path(&self.layout, key)
+            if write.renamed.load(Ordering::Relaxed) {
+                // A durable `finish` renamed it into place and was dropped (or failed) while
+                // syncing that name: the name may be durable, so its removal is an unlink the
+                // next purge of the subdirectory must sync. Moved out of `objects/` and counted
+                // under the lock, as an evicted object's, so a purge that takes it next sees
+                // both (left uncounted, that purge returned without an fsync, and a power loss
+                // brought the object back).
+                index.discard_file(key, write.seq, &self.layout);
+                return;
+            }
+            write.tmp_path.clone()
         };
         remove_quietly(&path);
     }
@@ -1110,8 +1123,9 @@ impl Storage for DiskStorage {
     }
 
     /// Cancel safety: the index check takes no await; dropping the future while the complete
-    /// file is opened and validated (on the blocking pool) changes nothing, except that an
-    /// invalid file found by that open is still removed.
+    /// file is opened and validated (on the blocking pool) changes nothing (its index entry
+    /// counts as referenced): an invalid file that open would have found stays until the next
+    /// lookup of the key finds it and removes it.
     async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError> {
         need_runtime()?;
         let seq = {
@@ -1867,6 +1881,44 @@ mod tests {
         release.send(()).unwrap();
         assert!(finish.await.unwrap().is_err(), "the purged write failed");
         assert_eq!(body_of(&storage, "k").await, None);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A durable `finish` dropped while it syncs the name it renamed into place (a fill's
+    /// deadline, a runtime shutdown) removes that file, and the removal counts as an unlink the
+    /// next purge must sync: found by review, the uncounted unlink let a purge return without an
+    /// fsync while the renamed name might be durable (a power loss then served the body again).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_durable_finish_dropped_during_its_sync_leaves_an_unlink_to_sync() {
+        let root = temp_root("stream-cache-finish-dropped");
+        let storage = durable(&root).await;
+        let key: CacheKey = "k".into();
+        let mut writer = storage
+            .begin_write(&key, ObjectMeta::default())
+            .await
+            .unwrap();
+        writer.write(Bytes::from_static(b"body")).await.unwrap();
+        let (release, held) = std::sync::mpsc::channel();
+        *storage.shared.hold_next_dir_sync.lock() = Some(held);
+        let finish = tokio::spawn(writer.finish());
+        while storage.shared.hold_next_dir_sync.lock().is_some() {
+            tokio::task::yield_now().await;
+        }
+        finish.abort();
+        assert!(finish.await.unwrap_err().is_cancelled());
+        let subdir = storage.shared.layout.subdir_path(subdir_of(&key));
+        assert_eq!(std::fs::read_dir(&subdir).unwrap().count(), 0);
+        assert!(
+            storage.unsynced_unlinks(&key),
+            "the removal is an unlink to sync"
+        );
+        let syncs = storage.dir_syncs();
+        storage.purge(&key).await.unwrap();
+        assert!(
+            storage.dir_syncs() > syncs,
+            "the purge synced the directory"
+        );
+        release.send(()).unwrap();
         let _ = std::fs::remove_dir_all(&root);
     }
 
