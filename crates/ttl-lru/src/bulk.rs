@@ -138,7 +138,7 @@ where
                 }
                 Front::Miss(seen) => seen,
             };
-            let fence = self.shard(hash).fence(hash);
+            let fence = (self.shard(hash).fence(hash), self.shard(hash).stores());
             let join = Box::pin(self.inner.group.join(key.clone()));
             joins.push((key, hash, seen, fence, Some(join)));
         }
@@ -165,7 +165,8 @@ where
                                 leader,
                                 hash: *hash,
                                 started: Started {
-                                    fence: *fence,
+                                    fence: fence.0,
+                                    stores: fence.1,
                                     at: None,
                                 },
                             }),
@@ -182,12 +183,12 @@ where
             joins.retain(|(.., slot)| slot.is_some());
             if !led.is_empty() {
                 let wanted = led.iter().map(|l| l.leader.key().clone()).collect();
-                let started = crate::observe::Started::lead(0);
+                let started = crate::observe::Started::lead(0, 0);
                 for l in &mut led {
                     self.inner.tally.record(Event::Fill);
                     l.started = crate::observe::Started {
-                        fence: l.started.fence,
                         at: started.at,
+                        ..l.started
                     };
                     if started.at.is_some() {
                         self.trace_lead(l.leader.key());
@@ -291,6 +292,7 @@ where
             now,
             &self.inner.cfg,
             WriteMode::Fenced(fence),
+            started.stores,
         );
         let until = cached_until.unwrap_or(now);
         let _ = self.settle_write(hash, first, until, None, 1, now, WriteMode::Fenced(fence));

@@ -59,21 +59,25 @@ pub(crate) fn enabled() -> bool {
     tracing::enabled!(target: "ttl_lru", tracing::Level::DEBUG)
 }
 
-/// A fill's fence (the key's write sequence when its lookup missed) and, when events or
-/// metrics will report its duration, when its lead was taken.
+/// A fill's fence (the key's write sequence when its lookup missed), its shard's store count
+/// then (a store of the key since means the value found at its publish is not the one it
+/// started from: `Shard::write_error`) and, when events or metrics will report its duration,
+/// when its lead was taken.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Started {
     pub(crate) fence: u64,
+    pub(crate) stores: u64,
     pub(crate) at: Option<Instant>,
 }
 
 impl Started {
-    /// A lead taken now, fenced at `fence`.
+    /// A lead taken now, fenced at `fence`, the shard's store count `stores` when it was read.
     #[inline]
-    pub(crate) fn lead(fence: u64) -> Self {
+    pub(crate) fn lead(fence: u64, stores: u64) -> Self {
         let timed = cfg!(feature = "metrics") || enabled();
         Self {
             fence,
+            stores,
             at: timed.then(Instant::now),
         }
     }

@@ -277,6 +277,7 @@ where
             Front::Miss(seen) => seen,
         };
         let fence = self.shard(hash).fence(hash);
+        let stores = self.shard(hash).stores();
         // Await 1: cancel-safe (a dropped follower leaves the queue).
         let leader = match self.inner.group.join(key).await {
             Joined::Done(r) => return Err(self.followed(r)),
@@ -287,7 +288,7 @@ where
             Err(leader) => leader,
         };
         self.inner.tally.record(Event::Fill);
-        let fence = Started::lead(fence);
+        let fence = Started::lead(fence, stores);
         if fence.at.is_some() {
             self.trace_lead(leader.key());
         }
@@ -434,6 +435,7 @@ where
                         leader.key(),
                         retry_at,
                         fence.fence,
+                        fence.stores,
                     );
                     let timed_out: ErasedError = Arc::new(FillTimeout);
                     let _ = leader.finish(Err(timed_out));
@@ -496,6 +498,7 @@ where
                     now,
                     &self.inner.cfg,
                     WriteMode::Fenced(fence),
+                    started.stores,
                 );
                 let until = cached_until.unwrap_or(now);
                 let _ =
@@ -538,6 +541,7 @@ where
         // panic there used to leave the gate claimed for the rest of the stale window.
         let gate = RefreshGate {
             fence: self.shard(hash).fence(hash),
+            stores: self.shard(hash).stores(),
             cache: self.clone(),
             key,
             hash,
@@ -546,9 +550,10 @@ where
             return;
         };
         let fence = self.shard(hash).fence(hash);
+        let stores = self.shard(hash).stores();
         match self.inner.group.join(gate.key.clone()).now_or_never() {
             Some(Joined::Leader(leader)) => {
-                let fence = Started::lead(fence);
+                let fence = Started::lead(fence, stores);
                 if fence.at.is_some() {
                     self.trace_refresh(leader.key(), false);
                 }
@@ -594,7 +599,7 @@ where
                         let _ = leader.finish(Ok(value));
                         return;
                     }
-                    let fence = Started::lead(fence);
+                    let fence = Started::lead(fence, stores);
                     if fence.at.is_some() {
                         cache.trace_refresh(leader.key(), true);
                     }
@@ -646,6 +651,9 @@ where
     key: K,
     hash: u64,
     fence: u64,
+    /// The shard's store count just after the claim: a store of the key since (a fenced write
+    /// too, which the plain-write `fence` does not see) replaced the claimed entry.
+    stores: u64,
 }
 
 impl<K, V> Drop for RefreshGate<K, V>
@@ -655,9 +663,13 @@ where
 {
     fn drop(&mut self) {
         let now = self.cache.now();
-        self.cache
-            .shard(self.hash)
-            .release_refresh_of_fill(self.hash, &self.key, now, self.fence);
+        self.cache.shard(self.hash).release_refresh_of_fill(
+            self.hash,
+            &self.key,
+            now,
+            self.fence,
+            self.stores,
+        );
     }
 }
 

@@ -602,17 +602,24 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         }
     }
 
-    /// [`release_refresh`](Self::release_refresh) for a fill that started at `fence`: nothing if
-    /// the key was written since (the entry there now, and any claim on its refresh, belong to
-    /// that write, not to this fill).
-    pub(crate) fn release_refresh_of_fill<Q>(&self, hash: u64, q: &Q, retry_at: u64, fence: u64)
-    where
+    /// [`release_refresh`](Self::release_refresh) for a fill that started at `fence` and store
+    /// count `stores`: nothing if the key was written or stored since (the entry there now,
+    /// and any claim on its refresh, belong to that write, not to this fill).
+    pub(crate) fn release_refresh_of_fill<Q>(
+        &self,
+        hash: u64,
+        q: &Q,
+        retry_at: u64,
+        fence: u64,
+        stores: u64,
+    ) where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
         let t = self.table.read();
         if t.writes
             .fences(fence, self.writes.load(Ordering::Acquire), hash)
+            || self.stored_key_since(&t, stores, hash)
         {
             return;
         }
@@ -626,6 +633,24 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     #[inline]
     pub(crate) fn fence(&self, _hash: u64) -> u64 {
         self.writes.load(Ordering::Acquire)
+    }
+
+    /// The shard's store count (plain writes and fills that passed their fences), for a claim
+    /// or a fill to tell later whether its key's entry was replaced since
+    /// ([`stored_key_since`](Self::stored_key_since)).
+    #[inline]
+    pub(crate) fn stores(&self) -> u64 {
+        self.stores.load(Ordering::Acquire)
+    }
+
+    /// Whether a write of `hash`'s key passed its fence (plain, or fenced: a fill, an
+    /// `insert_fenced`) since the store count was `since`: the entry there now, if any, is
+    /// not the one seen then. False when the log no longer covers `since` (unknown: the
+    /// callers then act as before this check). The plain-write fence alone missed fenced
+    /// writes, whose entries carry their own refresh gates.
+    fn stored_key_since(&self, t: &Table<K, V>, since: u64, hash: u64) -> bool {
+        t.stored
+            .wrote(since, self.stores.load(Ordering::Acquire), hash)
     }
 
     /// Records a plain write of `hash`'s key (under the write lock): fills of that key that
@@ -888,8 +913,9 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
     }
 
     /// Records a failed fill for `key`: a value still inside its stale window is kept (stale-if-error)
-    /// and its refresh reopens at `retry_at`; otherwise the error is cached until `expires_at`
-    /// (`None`: negative caching off, nothing stored).
+    /// and, if it is the one the fill started from (no store of the key since the store count
+    /// `started_at_store`), its refresh reopens at `retry_at`; otherwise the error is cached
+    /// until `expires_at` (`None`: negative caching off, nothing stored).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn write_error(
         &self,
@@ -901,6 +927,7 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
         now: u64,
         cfg: &ShardConfig,
         mode: WriteMode,
+        started_at_store: u64,
     ) -> Result<Write<K, V>, InsertError> {
         {
             let t = self.table.read();
@@ -921,7 +948,11 @@ impl<K: Eq + Hash, V: Clone> Shard<K, V> {
                 && now < t.slot(i).usable_until(cfg.swr_ms)
                 && t.slot(i).idle_ok(now, t.idle_of(i))
             {
-                if let Some(gate) = t.gate(i) {
+                // Stored since this fill started (an `insert_fenced`, another fill): that entry's
+                // gate, and any refresh claimed on it, are not this fill's to move.
+                if let Some(gate) = t.gate(i)
+                    && !self.stored_key_since(&t, started_at_store, hash)
+                {
                     gate.store(retry_at, Ordering::Release);
                 }
                 return Ok(Write::Done(WriteOutcome::Stored));

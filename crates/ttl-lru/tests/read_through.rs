@@ -386,6 +386,16 @@ async fn stale_while_revalidate_serves_stale_and_refreshes_once() {
 /// revalidation then filled a second time).
 #[tokio::test(start_paused = true)]
 async fn an_old_refresh_does_not_release_a_newer_entrys_claim() {
+    old_refresh_and_newer_claim(Write::Plain).await;
+}
+
+/// The same when the newer entry was written by `insert_fenced` (no plain write recorded).
+#[tokio::test(start_paused = true)]
+async fn an_old_refresh_does_not_release_a_fenced_writes_claim() {
+    old_refresh_and_newer_claim(Write::Fenced).await;
+}
+
+async fn old_refresh_and_newer_claim(write: Write) {
     let (c, _runs) = stale_entry().await;
     let never = || std::future::pending::<Result<u64, Boom>>();
     // E1 (filled at 0 s, stale since 1 s): its refresh hangs until E1's window ends (11 s).
@@ -394,7 +404,10 @@ async fn an_old_refresh_does_not_release_a_newer_entrys_claim() {
     tokio::task::yield_now().await;
     // E2 written at 2 s, stale from 3 s: its refresh is claimed too and follows the first's
     // flight (it hangs as well, with the same origin).
-    c.insert(1, 20, SEC).unwrap();
+    match write {
+        Write::Plain => assert!(c.insert(1, 20, SEC).unwrap()),
+        Write::Fenced => assert_eq!(c.insert_fenced(c.fence(&1), 1, 20, SEC), Ok(true)),
+    }
     advance(Duration::from_millis(1_500)).await;
     let got = c.get_or_try_insert(1, secs(60), never).await.unwrap();
     assert_eq!((got.value, got.source), (20, Source::Stale));
@@ -747,7 +760,7 @@ async fn a_refresh_claimed_during_a_fill_that_stores_nothing_still_happens() {
     let gate = Arc::new(Notify::new());
     let (c1, f1) = (c.clone(), gated(&gate, 1));
     let open = tokio::spawn(async move { c1.get_or_try_insert(1, forever, f1).await });
-    let (runs, got) = insert_then_claim_the_refresh(&c).await;
+    let (runs, got) = insert_then_claim_the_refresh(&c, Write::Plain).await;
     assert_eq!((got.value, got.source), (10, Source::Stale));
     // The open fill ends; the fence drops its value.
     gate.notify_waiters();
@@ -758,12 +771,28 @@ async fn a_refresh_claimed_during_a_fill_that_stores_nothing_still_happens() {
     assert_eq!(c.stats().refreshes, 1);
 }
 
-/// With a fill of key 1 open (just spawned): an insert of 10 for 1 s fences it, 2 s pass, and a
-/// stale read claims the entry's refresh (a fill of 2, counted in the returned `runs`), which
-/// waits on the open fill. Returns the counter and what the read got.
-async fn insert_then_claim_the_refresh(c: &Cache<u64, u64>) -> (Arc<AtomicUsize>, Fetched<u64>) {
+/// How the entry whose refresh a test claims was written.
+#[derive(Clone, Copy, PartialEq)]
+enum Write {
+    /// `insert`, which fences fills of the key already running.
+    Plain,
+    /// `insert_fenced` (a manual revalidation, or `get_with`'s own write), which fences none.
+    Fenced,
+}
+
+/// With a fill of key 1 open (just spawned): an insert of 10 for 1 s (a plain one fences the
+/// open fill), 2 s pass, and a stale read claims the entry's refresh (a fill of 2, counted in
+/// the returned `runs`), which waits on the open fill. Returns the counter and what the read
+/// got.
+async fn insert_then_claim_the_refresh(
+    c: &Cache<u64, u64>,
+    write: Write,
+) -> (Arc<AtomicUsize>, Fetched<u64>) {
     tokio::task::yield_now().await;
-    c.insert(1, 10, SEC).unwrap(); // fences the open fill
+    match write {
+        Write::Plain => assert!(c.insert(1, 10, SEC).unwrap()), // fences the open fill
+        Write::Fenced => assert_eq!(c.insert_fenced(c.fence(&1), 1, 10, SEC), Ok(true)),
+    }
     advance(Duration::from_secs(2)).await;
     let runs = Arc::new(AtomicUsize::new(0));
     let got = c
@@ -799,17 +828,32 @@ async fn later_stale_reads_refresh_once(c: &Cache<u64, u64>, runs: &Arc<AtomicUs
 /// kept every later reader on the stale value with no refresh (here for the whole window).
 #[tokio::test(start_paused = true)]
 async fn a_refresh_claimed_during_a_fill_that_fails_still_happens() {
-    refresh_claimed_during_an_open_fill_that_ends(false).await;
+    refresh_claimed_during_an_open_fill_that_ends(false, Write::Plain).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_refresh_claimed_during_a_fill_that_times_out_still_happens() {
-    refresh_claimed_during_an_open_fill_that_ends(true).await;
+    refresh_claimed_during_an_open_fill_that_ends(true, Write::Plain).await;
 }
 
-/// See the two tests above: the open fill fails, or (`times_out`) is a detached fill that runs
+/// The same when the entry was written by `insert_fenced`, which records no plain write: the
+/// open fill is not fenced, and its end must still leave the newer entry's claim alone. Found
+/// by review: the checks went by the plain-write log only, so the failing fill reopened the
+/// claimed gate at the negative ttl (no refresh for the rest of the window), and the timed-out
+/// fill's release did the same.
+#[tokio::test(start_paused = true)]
+async fn a_refresh_claimed_on_a_fenced_write_during_a_fill_that_fails_still_happens() {
+    refresh_claimed_during_an_open_fill_that_ends(false, Write::Fenced).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_claimed_on_a_fenced_write_during_a_fill_that_times_out_still_happens() {
+    refresh_claimed_during_an_open_fill_that_ends(true, Write::Fenced).await;
+}
+
+/// See the tests above: the open fill fails, or (`times_out`) is a detached fill that runs
 /// past its 5 s `fill_timeout`.
-async fn refresh_claimed_during_an_open_fill_that_ends(times_out: bool) {
+async fn refresh_claimed_during_an_open_fill_that_ends(times_out: bool, write: Write) {
     let c: Cache<u64, u64> = Cache::builder(10)
         .clock(TokioClock::new())
         .stale_while_revalidate(Duration::from_secs(30))
@@ -831,7 +875,7 @@ async fn refresh_claimed_during_an_open_fill_that_ends(times_out: bool) {
             false => c1.get_or_try_insert(1, forever, failing).await,
         }
     });
-    let (runs, got) = insert_then_claim_the_refresh(&c).await;
+    let (runs, got) = insert_then_claim_the_refresh(&c, write).await;
     assert_eq!((got.value, got.source), (10, Source::Stale));
     match times_out {
         true => advance(Duration::from_secs(4)).await,
@@ -852,7 +896,7 @@ async fn a_refresh_claimed_during_an_abandoned_fill_still_happens() {
     let never = || std::future::pending::<Result<u64, Boom>>();
     let c1 = c.clone();
     let open = tokio::spawn(async move { c1.get_or_try_insert(1, forever, never).await });
-    let (runs, got) = insert_then_claim_the_refresh(&c).await;
+    let (runs, got) = insert_then_claim_the_refresh(&c, Write::Plain).await;
     assert_eq!(got.source, Source::Stale);
     open.abort();
     let _ = open.await;
