@@ -1192,12 +1192,21 @@ fn authority(parts: &Parts) -> Option<String> {
             _ => a.as_str().to_owned(),
         })
     };
-    let from_host = parts
-        .headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.parse::<http::uri::Authority>().ok())
-        .map(|a| key(&a));
+    // A Host that is present but invalid is a 400 (RFC 9112 3.2), not a fall back to the
+    // request target's authority: the raw Host still goes to the origin, which could then
+    // answer for another site than the key names (found by review: `GET http://a/` with
+    // `Host: b:"` was stored as a's page with b's answer).
+    let from_host = match parts.headers.get(header::HOST) {
+        None => None,
+        Some(h) => match h
+            .to_str()
+            .ok()
+            .and_then(|h| h.parse::<http::uri::Authority>().ok())
+        {
+            Some(a) => Some(key(&a)),
+            None => return None,
+        },
+    };
     let from_uri = || parts.uri.authority().map(key);
     match from_host.or_else(from_uri) {
         Some(None) => None,

@@ -634,6 +634,35 @@ async fn raw_response(proxy: std::net::SocketAddr, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A request whose `Host` is present but invalid is a 400, even when its target is in absolute
+/// form (as every HTTP/2 request's is): found by review, the key then fell back to the target's
+/// authority while the invalid Host went to the origin, so one site's answer was stored and
+/// served as another's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_host_is_a_400_and_poisons_no_other_host() {
+    let origin = Origin::start(|_, head| {
+        let body = match head.to_ascii_lowercase().contains("other.local") {
+            true => "evil",
+            false => "good",
+        };
+        vec![Step::Send(Bytes::from(format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nCache-Control: max-age=60\r\nConnection: close\r\n\r\n{body}"
+        )))]
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    let line = raw_exchange(
+        proxy,
+        b"GET http://test.local/p HTTP/1.1\r\nHost: other.local:\"\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(line.starts_with("HTTP/1.1 400"), "{line}");
+    assert_eq!(
+        read_body(get_simple(proxy, "/p").await).await.unwrap(),
+        "good"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_clear_statuses() {
     let origin = Origin::start(whole(10, "")).await;
