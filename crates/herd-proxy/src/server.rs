@@ -575,7 +575,11 @@ impl Inner {
                         if let Some(answer) = answer {
                             *answer.lock() = Some(response);
                         }
-                        match failed {
+                        // An origin error (any 5xx, 429) is a moment of the origin, as on a
+                        // miss (`policy::marks_hit_for_pass`): the stale object stays, and the
+                        // URL is not passed. (Found by review: a refresh answered 429 purged it
+                        // and marked the URL hit-for-pass for `hit_for_pass`.)
+                        match failed || !policy::marks_hit_for_pass(why, status) {
                             true => Err(FetchError::ServerError(status)),
                             false => Err(FetchError::Uncacheable),
                         }

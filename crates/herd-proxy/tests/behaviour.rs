@@ -1355,6 +1355,33 @@ async fn an_origin_error_does_not_mark_the_url_hit_for_pass() {
     assert_eq!(origin.requests(), 2);
 }
 
+/// The same for a stale object's refresh answered 429 (or a 5xx outside 500/502/503/504): the
+/// client gets the 429, and the URL stays cached. Found by review: the refresh path treated it
+/// as an answer that may not be shared, purged the object and passed the URL for 120 s, just
+/// while the origin was rate-limiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_answered_429_does_not_mark_the_url_hit_for_pass() {
+    let origin = Origin::start(|index, _| {
+        let (status, cache_control, body) = match index {
+            0 => ("200 OK", "max-age=10", "v1"),
+            1 => ("429 Too Many Requests", "max-age=10", "no"),
+            _ => ("200 OK", "max-age=60", "v2"),
+        };
+        vec![Step::Send(Bytes::from(format!(
+            "HTTP/1.1 {status}\r\nContent-Length: 2\r\nCache-Control: {cache_control}\r\nConnection: close\r\n\r\n{body}"
+        )))]
+    })
+    .await;
+    let (proxy, _handle) = fetched_and_aged(&origin, "/r").await;
+    assert_eq!(get_simple(proxy, "/r").await.status(), 429);
+    let filled = get_simple(proxy, "/r").await;
+    assert_eq!(read_body(filled).await.unwrap(), "v2");
+    let hit = get_simple(proxy, "/r").await;
+    assert_eq!(hit.headers()["x-cache"], "HIT");
+    assert_eq!(read_body(hit).await.unwrap(), "v2");
+    assert_eq!(origin.requests(), 3, "fill, refresh, refresh");
+}
+
 /// A chunked body larger than the object limit fails for the clients of the fill that found
 /// out (their 200 was already sent), but the URL's next requests pass and get all of it.
 /// Before, every request filled again and failed at the limit: the resource could never be
