@@ -46,7 +46,9 @@
 //!   configured token in `X-Purge-Token` (403 otherwise, and always when no token is
 //!   configured). Requests still waiting for the origin's head when it comes get one fetch made
 //!   after the purge, shared; a body found already failed is a 502, never a 200 that breaks.
-//! - Origin unreachable, refusing, or broken before its head: 502 at once. No head within the
+//! - Origin unreachable, refusing, or broken before its head: 502 at once; so is an answer with
+//!   a transfer coding other than chunked (`gzip, chunked`), which the proxy cannot undo (as
+//!   nginx's "unknown Transfer-Encoding"). No head within the
 //!   response timeout: 504. A body that stalls beyond the idle timeout aborts (clients see an
 //!   error), stored or passed through.
 //! - `/metrics` (path configurable) in Prometheus text format: hits, misses, coalesced waits,

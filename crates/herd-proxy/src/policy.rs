@@ -263,6 +263,18 @@ pub(crate) fn close_delimited(version: http::Version, headers: &HeaderMap) -> bo
     !last_coding.is_some_and(|c| c.eq_ignore_ascii_case("chunked"))
 }
 
+/// Whether a response carries a transfer coding other than `chunked` (`gzip, chunked`, say).
+/// The proxy undoes only chunked framing and drops `Transfer-Encoding` (hop-by-hop), so such a
+/// body would reach the client still coded with nothing to say so: refused (502), as nginx
+/// refuses "unknown Transfer-Encoding".
+pub(crate) fn foreign_transfer_coding(headers: &HeaderMap) -> bool {
+    headers.get_all(header::TRANSFER_ENCODING).iter().any(|v| {
+        v.to_str().map_or(true, |v| {
+            split_list(v).any(|c| !c.eq_ignore_ascii_case("chunked"))
+        })
+    })
+}
+
 /// The `name` field as an HTTP-date, if it is one.
 pub(crate) fn http_date(headers: &HeaderMap, name: header::HeaderName) -> Option<SystemTime> {
     let value = headers.get(name)?.to_str().ok()?;
@@ -364,6 +376,29 @@ mod tests {
 
     fn now() -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
+    }
+
+    #[test]
+    fn only_chunked_alone_is_a_transfer_coding_the_proxy_relays() {
+        for (te, foreign) in [
+            (None, false),
+            (Some("chunked"), false),
+            (Some("Chunked"), false),
+            (Some("gzip, chunked"), true),
+            (Some("gzip"), true),
+            (Some("identity"), true),
+        ] {
+            let map = headers(
+                &te.map(|v| vec![("transfer-encoding", v)])
+                    .unwrap_or_default(),
+            );
+            assert_eq!(foreign_transfer_coding(&map), foreign, "{te:?}");
+        }
+        let two = headers(&[
+            ("transfer-encoding", "gzip"),
+            ("transfer-encoding", "chunked"),
+        ]);
+        assert!(foreign_transfer_coding(&two));
     }
 
     #[test]

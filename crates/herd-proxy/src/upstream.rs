@@ -46,6 +46,10 @@ pub(crate) enum FetchError {
     /// No body bytes within the idle timeout.
     #[error("origin body stalled for {0:?}")]
     BodyIdle(Duration),
+    /// The response uses a transfer coding other than chunked, which the proxy cannot undo
+    /// (`policy::foreign_transfer_coding`): 502, never stored or relayed.
+    #[error("origin sent an unsupported Transfer-Encoding")]
+    ForeignTransferCoding,
     /// A stale object's refresh failed (the fill's error, as text: it is shared by every
     /// request that waited on the refresh).
     #[error("refresh failed: {0}")]
@@ -113,6 +117,10 @@ impl Origin {
             }
         };
         match answer {
+            Some(Ok(response)) if crate::policy::foreign_transfer_coding(response.headers()) => {
+                self.metrics.upstream_errors.inc();
+                Err(FetchError::ForeignTransferCoding)
+            }
             Some(Ok(response)) => Ok(response),
             Some(Err(error)) => {
                 self.metrics.upstream_errors.inc();

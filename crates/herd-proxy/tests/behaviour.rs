@@ -634,6 +634,41 @@ async fn raw_response(proxy: std::net::SocketAddr, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A response with a transfer coding other than chunked (`gzip, chunked`) is a 502, never
+/// stored: the proxy undoes only the chunking and drops `Transfer-Encoding`, so the client got
+/// gzip bytes as the identity body, a clean 200, cached. Found by review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_transfer_coding_is_a_502_never_stored() {
+    let coded = Bytes::from_static(b"\x1f\x8b\x08\x00fake-gzip");
+    let origin = Origin::start(move |_, _| {
+        vec![
+            Step::Send(Bytes::from_static(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nCache-Control: max-age=60\r\nConnection: close\r\n\r\n",
+            )),
+            Step::Send(chunk(&coded)),
+            Step::Send(Bytes::from_static(LAST_CHUNK)),
+        ]
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    for path in ["/te", "/te"] {
+        let response = get_simple(proxy, path).await;
+        assert_eq!(response.status(), 502);
+    }
+    let passed = send(
+        proxy,
+        Request::builder()
+            .method("POST")
+            .uri("/te")
+            .header("host", "test.local")
+            .body(Empty::<Bytes>::new())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(passed.status(), 502, "nor is it relayed uncached");
+    assert_eq!(origin.requests(), 3);
+}
+
 /// A request whose `Host` is present but invalid is a 400, even when its target is in absolute
 /// form (as every HTTP/2 request's is): found by review, the key then fell back to the target's
 /// authority while the invalid Host went to the origin, so one site's answer was stored and
