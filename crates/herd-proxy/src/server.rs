@@ -616,6 +616,18 @@ impl Inner {
         }
     }
 
+    /// The largest body the proxy stores: its own object limit, or the storage's if smaller
+    /// (`--capacity` below `--max-object`). A declared length over it is passed and marked
+    /// hit-for-pass on the response that told it, as one over the object limit: found by
+    /// review, one between the two limits was refused by the storage after the fetch, fetched
+    /// again to pass, and never marked (two origin fetches per request, for good).
+    fn storable_size(&self) -> u64 {
+        let storage = self.cache.storage().capabilities().max_object_size;
+        storage.map_or(self.config.max_object_size, |s| {
+            s.min(self.config.max_object_size)
+        })
+    }
+
     /// An origin response as what to store, or back with the reason it may not be stored.
     #[allow(clippy::result_large_err)] // the error hands the response back, by design
     fn to_upstream(
@@ -629,7 +641,7 @@ impl Inner {
         let has_body = method != Method::HEAD && !matches!(response.status().as_u16(), 204 | 304);
         let verdict = policy::storable(response.status(), response.headers(), received).and_then(
             |freshness| match declared {
-                Some(len) if len > self.config.max_object_size => Err(policy::NotStored::TooLarge),
+                Some(len) if len > self.storable_size() => Err(policy::NotStored::TooLarge),
                 // Its end and the origin's death look alike: passed, never stored.
                 None if has_body
                     && policy::close_delimited(response.version(), response.headers()) =>

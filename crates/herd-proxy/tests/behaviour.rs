@@ -560,6 +560,24 @@ async fn a_body_the_storage_refuses_is_passed_not_502() {
     }
 }
 
+/// ... and it is fetched once per request: the storage's own object limit (below the proxy's)
+/// decides before the fetch's body is handed to the storage, and marks the URL hit-for-pass as
+/// a body over the object limit does. Before, each request fetched twice (the refused fill,
+/// then the pass), for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_the_storages_limit_is_fetched_once_per_request() {
+    let origin =
+        Origin::start(|_, _| vec![Step::Send(head_len(5000, "")), Step::Send(body_of(5000))]).await;
+    let storage = std::sync::Arc::new(stream_cache::MemStorage::new(1000));
+    let (proxy, _handle) = proxy_over(origin.addr, storage, |_| {}).await;
+    for _ in 0..3 {
+        let response = get_simple(proxy, "/huge").await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(read_body(response).await.unwrap(), body_of(5000));
+    }
+    assert_eq!(origin.requests(), 3);
+}
+
 /// Clients that start large fills and hang up (the fills go on: `KeepFilling`) cannot take a
 /// memory storage past its capacity: once the writes in progress hold it, the next chunk that
 /// would go over is refused (its fill ends in an error). Before, each abandoned fill added a
