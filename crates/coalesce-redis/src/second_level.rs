@@ -3,12 +3,18 @@
 //! Redis) and the backplane (`backplane.rs`) that makes every process drop its L1 copy.
 //!
 //! Keys: the value of key `k` (any bytes) lives at `{prefix}d:{k}`, its version at
-//! `{prefix}v:{k}`, and every version comes from one counter at `{prefix}counter`; a key without
-//! a version reads as the epoch at `{prefix}epoch`.
+//! `{prefix}v:{k}`, and every version comes from one counter at `{prefix}counter`. A key gets a
+//! version when one is first read (a fill reads it before it asks the origin) and keeps it for
+//! `version_ttl`; an invalidation draws it a new one. A store is refused if the key's version
+//! changed or is gone since the fill read it (expired, evicted, lost with a restart): fail
+//! closed, so no eviction policy can let a fill that read before an invalidation store after
+//! it. (The cost: one small version key per key read within `version_ttl`.) Versions only
+//! grow: each is drawn past Redis's clock in microseconds, so a counter that went back (a
+//! restart from a snapshot, a replica promoted while behind) hands none out again.
 //!
 //! **Fleet-wide invalidation** ([`SecondLevel::invalidate_all`]) sets a version *floor* at
-//! `{prefix}floor`, a new counter value above every version and epoch handed out before: a
-//! key's version reads as the larger of its own (or the epoch) and the floor, so every version
+//! `{prefix}floor`, a new counter value above every version handed out before: a
+//! key's version reads as the larger of its own and the floor, so every version
 //! read before no longer matches, and every value is stored as `{stamp}:{bytes}` (the stamp:
 //! the version it was written at, or the floor for an unconditional `set`), and a value
 //! stamped under the floor reads as missing. O(1) in Redis: nothing is scanned; old values
@@ -16,13 +22,17 @@
 //! evict it, which would resurrect values stored before the last `invalidate_all`; use
 //! `noeviction` or a `volatile-*` policy (which never evicts keys without a ttl).
 //!
-//! **Upgrading** from a build without the floor: its values are unstamped (this build reads
-//! them as misses) and its writes do not check the floor, so do not mix the two in one fleet
-//! on one prefix; change `key_prefix` with the upgrade instead (the new fleet starts cold in L2). Both start from Redis's clock when missing,
-//! so versions never repeat and never match across a Redis that restarted empty (or evicted
-//! them), while the fleet invalidates less than once per microsecond on average. A standalone
-//! Redis (or one primary): the scripts touch several keys, which a Redis Cluster would need in
-//! one hash slot.
+//! **Failover** is Redis's asynchronous replication: an invalidation acknowledged by a primary
+//! that fails before replicating it is lost (a replica promoted while behind still holds the old
+//! value, which L2 reads then serve). Versions do not repeat across it (above), so no fill that
+//! read before the failover stores after a later invalidation; call `invalidate_all` after an
+//! unplanned failover if values written just before it must not come back.
+//!
+//! **Upgrading** from a build without the floor, or one whose keys without a version read as a
+//! shared epoch (`{prefix}epoch`, still honoured as a lower bound for new versions): do not mix
+//! builds in one fleet on one prefix; change `key_prefix` with the upgrade instead (the new
+//! fleet starts cold in L2). A standalone Redis (or one primary): the scripts touch several
+//! keys, which a Redis Cluster would need in one hash slot.
 
 use std::fmt;
 use std::sync::Weak;
@@ -60,40 +70,60 @@ end
 return 1
 ";
 
-/// A key without a version reads as the store's epoch (`KEYS[2]`), drawn when first needed
-/// from the counter every version comes from (`KEYS[4]`, started at Redis's clock in
-/// microseconds when missing). A Redis that restarted empty gets a new, later epoch, so a
-/// version read before the restart never matches after it; and as the epoch is one of the
-/// counter's values, no invalidation hands it out again (two clock-started sequences met after
-/// as many invalidations as microseconds between their starts).
-/// The floor (`KEYS[3]`) raises every version to at least itself.
-const VERSION: &str = r"
+/// The Lua that draws a new version from the counter `counter`: first raised to Redis's clock
+/// in microseconds and past `above` (the floor, the epoch of older builds), then `INCR`. So
+/// versions only grow, even across a counter that went back: evicted, lost with a restart, or
+/// older on a replica promoted while behind (found by review: a promoted replica's counter
+/// handed out a version again, and a fill that had read it before the failover stored after the
+/// new invalidation). Holds while the fleet invalidates less than once per microsecond on
+/// average and the primaries' clocks do not go back by more than a failover takes.
+macro_rules! next_version_lua {
+    () => {
+        r"
+local function next_version(counter, above)
+    local now = redis.call('TIME')
+    local least = math.max(tonumber(now[1] .. string.format('%06d', tonumber(now[2]))), above)
+    if tonumber(redis.call('GET', counter) or '0') < least then
+        redis.call('SET', counter, string.format('%d', least))
+    end
+    return string.format('%d', redis.call('INCR', counter))
+end
+"
+    };
+}
+
+/// A key's version (`KEYS[1]`), raised to the floor (`KEYS[2]`). A key without one gets one
+/// now, drawn from the counter (`KEYS[3]`) and kept `version_ttl` (`ARGV[1]` ms): a store checks
+/// the key's own version and is refused when it is gone, so no eviction or expiry of a
+/// version can let a fill that read before an invalidation match after it. (Until review found
+/// it, a key without a version read as a shared epoch: an invalidated key whose version Redis
+/// then evicted, which the `volatile-*` policies these docs recommend may do, read as that
+/// epoch again, and a fill that had read it before the invalidation stored a stale value.)
+const VERSION: &str = concat!(
+    next_version_lua!(),
+    r"
+local floor = tonumber(redis.call('GET', KEYS[2]) or '0')
 local version = redis.call('GET', KEYS[1])
 if not version then
-    version = redis.call('GET', KEYS[2])
-    if not version then
-        if redis.call('EXISTS', KEYS[4]) == 0 then
-            local now = redis.call('TIME')
-            redis.call('SET', KEYS[4], now[1] .. string.format('%06d', tonumber(now[2])))
-        end
-        version = string.format('%d', redis.call('INCR', KEYS[4]))
-        redis.call('SET', KEYS[2], version)
-    end
+    version = next_version(KEYS[3], floor)
+    redis.call('SET', KEYS[1], version, 'PX', ARGV[1])
 end
-local floor = redis.call('GET', KEYS[3])
-if floor and tonumber(floor) > tonumber(version) then return floor end
+if floor > tonumber(version) then return string.format('%d', floor) end
 return version
-";
+"
+);
 
-/// Stores only while the key's version (or, without one, the epoch `KEYS[3]`) is still the
-/// caller's, and with `ARGV[6]` = `1` only where no value is visible (a cached error never
+/// Stores only while the key's version (`KEYS[2]`, raised to the floor `KEYS[3]`) is still the
+/// caller's, refused when the key has none (expired or evicted since the caller read it: never
+/// guessed), and with `ARGV[6]` = `1` only where no value is visible (a cached error never
 /// replaces a value: `set_if_version_absent`); a stored value is announced on the backplane's
 /// fill channel (`ARGV[4]`, the key in `ARGV[5]`), in the same script, so waiters in other
 /// processes re-check at once.
 const SET_IF_VERSION: &str = r"
-local current = redis.call('GET', KEYS[2]) or redis.call('GET', KEYS[3])
-local floor = redis.call('GET', KEYS[4])
-if floor and (not current or tonumber(floor) > tonumber(current)) then current = floor end
+local current = redis.call('GET', KEYS[2])
+if not current then return 0 end
+local floor = redis.call('GET', KEYS[3])
+if floor and tonumber(floor) > tonumber(current) then current = floor end
 if current ~= ARGV[1] then return 0 end
 if ARGV[6] == '1' then
     local held = redis.call('GET', KEYS[1])
@@ -116,55 +146,43 @@ return 1
 ";
 
 /// Gives the key a new version (kept `version_ttl`), deletes the value, publishes on the
-/// backplane. Versions come from one counter (`KEYS[3]`), never a per-key `INCR`: a per-key
-/// count restarts at 1 once its key expires, so a fill that read version 1 just before could
-/// write after an invalidation that produced 1 again. A missing counter (a fresh or restarted
-/// Redis, or an evicted counter) starts at Redis's clock in microseconds, above any version or
-/// epoch handed out before (while the fleet invalidates less than once per microsecond); and a
-/// counter below the epoch (`KEYS[4]`) or the floor (`KEYS[5]`), as one re-started while they
-/// stayed can be, is raised past them first, so no invalidation hands out a version a fill may
-/// have read.
-const INVALIDATE: &str = r"
-if redis.call('EXISTS', KEYS[3]) == 0 then
-    local now = redis.call('TIME')
-    redis.call('SET', KEYS[3], now[1] .. string.format('%06d', tonumber(now[2])))
-end
+/// backplane. Versions come from one counter (`KEYS[3]`, see `next_version_lua!`), never a
+/// per-key `INCR`: a per-key count restarts at 1 once its key expires, so a fill that read
+/// version 1 just before could write after an invalidation that produced 1 again. Drawn past
+/// the epoch of older builds (`KEYS[4]`) and the floor (`KEYS[5]`).
+const INVALIDATE: &str = concat!(
+    next_version_lua!(),
+    r"
 local above = math.max(tonumber(redis.call('GET', KEYS[4]) or '0'),
                        tonumber(redis.call('GET', KEYS[5]) or '0'))
-if tonumber(redis.call('GET', KEYS[3])) < above then
-    redis.call('SET', KEYS[3], string.format('%d', above))
-end
-local version = redis.call('INCR', KEYS[3])
+local version = next_version(KEYS[3], above)
 redis.call('SET', KEYS[2], version, 'PX', ARGV[1])
 redis.call('DEL', KEYS[1])
 local receivers = 0
 if ARGV[2] ~= '' then
     receivers = redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
-return {version, receivers}
-";
+return {tonumber(version), receivers}
+"
+);
 
 /// Raises the floor (`KEYS[2]`) to a new counter (`KEYS[1]`) value above every version, the
-/// epoch (`KEYS[3]`) and the old floor, and publishes on the backplane's `all` channel.
-const INVALIDATE_ALL: &str = r"
-if redis.call('EXISTS', KEYS[1]) == 0 then
-    local now = redis.call('TIME')
-    redis.call('SET', KEYS[1], now[1] .. string.format('%06d', tonumber(now[2])))
-end
-local floor = redis.call('INCR', KEYS[1])
+/// epoch of older builds (`KEYS[3]`) and the old floor, and publishes on the backplane's `all`
+/// channel.
+const INVALIDATE_ALL: &str = concat!(
+    next_version_lua!(),
+    r"
 local above = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'),
                        tonumber(redis.call('GET', KEYS[3]) or '0'))
-if above >= floor then
-    floor = above + 1
-    redis.call('SET', KEYS[1], string.format('%d', floor))
-end
-redis.call('SET', KEYS[2], string.format('%d', floor))
+local floor = next_version(KEYS[1], above)
+redis.call('SET', KEYS[2], floor)
 local receivers = 0
 if ARGV[1] ~= '' then
     receivers = redis.call('PUBLISH', ARGV[1], ARGV[2])
 end
-return {floor, receivers}
-";
+return {tonumber(floor), receivers}
+"
+);
 
 /// Redis's default `proto-max-bulk-len`: the largest value it accepts.
 pub const REDIS_MAX_VALUE_LEN: usize = 512 * 1024 * 1024;
@@ -247,10 +265,10 @@ impl RedisSecondLevelBuilder {
         self
     }
 
-    /// How long an invalidated key's version is kept (refreshed by each invalidation). Once it
-    /// is gone the key reads as version 0 again, so only a fill that read version 0 (the key had
-    /// no version) and runs longer than this across an invalidation can land after it.
-    /// Default 24 h.
+    /// How long a key's version is kept (from the first read of a key without one, and from each
+    /// invalidation). Once it is gone, a fill that read it is refused (its L2 write is lost, never
+    /// a stale value stored) and the next read draws a new one. A fill that runs longer than
+    /// this loses its L2 write. Default 24 h.
     pub fn version_ttl(mut self, ttl: Duration) -> Self {
         self.version_ttl = ttl;
         self
@@ -417,7 +435,8 @@ impl RedisSecondLevel {
         [self.prefix.as_bytes(), b"floor"].concat()
     }
 
-    /// The Redis key of the epoch that a key without a version reads as.
+    /// The Redis key of the epoch older builds read a key without a version as (now only a
+    /// lower bound for new versions).
     pub fn epoch_key(&self) -> Vec<u8> {
         [self.prefix.as_bytes(), b"epoch"].concat()
     }
@@ -452,7 +471,7 @@ impl RedisSecondLevel {
         self.check_len(value)?;
         let millis = ttl_millis(ttl)?;
         let (data, version_key) = (self.data_key(key), self.version_key(key));
-        let (epoch, floor) = (self.epoch_key(), self.floor_key());
+        let floor = self.floor_key();
         let fills = match &self.backplane {
             Some(backplane) if self.announce_fills => backplane.fill_channel().to_owned(),
             _ => String::new(),
@@ -463,7 +482,6 @@ impl RedisSecondLevel {
                 self.set_if_version
                     .key(data)
                     .key(version_key)
-                    .key(epoch)
                     .key(floor)
                     .arg(version.0.to_string())
                     .arg(value)
@@ -551,16 +569,17 @@ impl SecondLevel for RedisSecondLevel {
     }
 
     async fn version(&self, key: &[u8]) -> Result<Version, L2Error> {
-        let (version_key, epoch) = (self.version_key(key), self.epoch_key());
+        let version_key = self.version_key(key);
         let (floor, counter) = (self.floor_key(), self.counter_key());
+        let version_ttl = ms(self.version_ttl);
         let version: u64 = self
             .connector
             .run(|mut connection| async move {
                 self.version
                     .key(version_key)
-                    .key(epoch)
                     .key(floor)
                     .key(counter)
+                    .arg(version_ttl)
                     .invoke_async(&mut connection)
                     .await
             })

@@ -252,6 +252,22 @@ fn main() -> std::process::ExitCode {
             },
         ),
         Case::redis(
+            "second_level::an_evicted_version_refuses_the_fill_that_read_before_it",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::an_evicted_version_refuses_the_fill_that_read_before_it(server),
+                )
+            },
+        ),
+        Case::redis(
+            "second_level::versions_only_grow_across_a_counter_that_went_back",
+            2,
+            |server| {
+                Box::pin(second_level::versions_only_grow_across_a_counter_that_went_back(server))
+            },
+        ),
+        Case::redis(
             "second_level::a_subscriber_that_died_with_its_runtime_is_replaced",
             2,
             |server| {

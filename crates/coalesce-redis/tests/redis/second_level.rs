@@ -643,11 +643,11 @@ pub(crate) async fn versions_never_repeat_across_version_expiry_and_restarts(
     );
 }
 
-/// On an empty Redis the first invalidation starts the version counter at Redis's clock and
-/// the first version read, a moment later, starts the epoch (what a key without a version
-/// reads as) the same way. Before, the two were separate sequences: after as many
-/// invalidations as microseconds between them, one handed out the epoch itself, and a fill
-/// that had read it (every key right after a restart reads it) stored past that invalidation.
+/// On an empty Redis the first invalidation starts the version counter at Redis's clock; the
+/// version a fill reads for a key that has none is drawn from the same counter (it was once a
+/// separate epoch sequence started the same way: after as many invalidations as microseconds
+/// between the two starts, one handed out the epoch itself, and a fill that had read it stored
+/// past that invalidation). No invalidation hands out a version a fill read.
 pub(crate) async fn an_invalidation_never_hands_out_the_epoch(server: RedisServer) {
     let l2 = l2(&server.url(), Duration::from_millis(50), false);
     let mut last = l2.invalidate(b"warm").await.unwrap().version;
@@ -667,6 +667,66 @@ pub(crate) async fn an_invalidation_never_hands_out_the_epoch(server: RedisServe
     assert!(
         !l2.set_if_version(b"k", epoch, b"stale", TTL).await.unwrap(),
         "a fill that read the epoch stored after the key's invalidation"
+    );
+}
+
+/// A version key Redis evicts (which the `volatile-*` policies may do: it has a ttl) fails the
+/// fills that read it, never lets them match something else. Found by review: an invalidated
+/// key whose version key was evicted read as the shared epoch again, so a fill that had read
+/// the epoch before the invalidation stored a stale value after it. A key that was never
+/// invalidated gets its own version when first read, and is refused the same way.
+pub(crate) async fn an_evicted_version_refuses_the_fill_that_read_before_it(server: RedisServer) {
+    let l2 = l2(&server.url(), Duration::from_millis(50), false);
+    let mut admin = crate::forwarder::admin(&server).await;
+    let mut evict = async |key: &[u8]| {
+        let _: () = redis::cmd("DEL")
+            .arg(l2.version_key(key))
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+    };
+    let read = l2.version(b"k").await.unwrap();
+    l2.invalidate(b"k").await.unwrap();
+    evict(b"k").await;
+    assert!(
+        !l2.set_if_version(b"k", read, b"stale", TTL).await.unwrap(),
+        "a fill that read before the invalidation stored after its version was evicted"
+    );
+    let fresh = l2.version(b"k").await.unwrap();
+    assert_ne!(fresh, read);
+    assert!(l2.set_if_version(b"k", fresh, b"new", TTL).await.unwrap());
+    // Never invalidated: its version, drawn at the read, evicted before the write.
+    let read = l2.version(b"quiet").await.unwrap();
+    evict(b"quiet").await;
+    assert!(!l2.set_if_version(b"quiet", read, b"v", TTL).await.unwrap());
+}
+
+/// Versions only grow, even when the counter goes back (a restart from a snapshot, a replica
+/// promoted while behind): found by review, such a counter handed out a version again, and a
+/// fill that had read it before stored after the new invalidation.
+pub(crate) async fn versions_only_grow_across_a_counter_that_went_back(server: RedisServer) {
+    let l2 = l2(&server.url(), Duration::from_millis(50), false);
+    let mut admin = crate::forwarder::admin(&server).await;
+    // An invalidation, then a fill reads the version it drew.
+    let read = l2.invalidate(b"k").await.unwrap().version;
+    assert_eq!(l2.version(b"k").await.unwrap(), read);
+    // A replica promoted while behind: the counter and the key as they were before it.
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(l2.counter_key())
+        .arg(read.0 - 1)
+        .ignore()
+        .cmd("DEL")
+        .arg(l2.version_key(b"k"))
+        .ignore()
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let invalidated = l2.invalidate(b"k").await.unwrap().version;
+    assert!(invalidated > read, "{invalidated:?} after {read:?}");
+    assert!(
+        !l2.set_if_version(b"k", read, b"stale", TTL).await.unwrap(),
+        "a fill that read before the counter went back stored after the next invalidation"
     );
 }
 
