@@ -242,6 +242,12 @@ pub struct RedisSecondLevelBuilder {
 
 impl RedisSecondLevelBuilder {
     /// Prefix of every key (and of the backplane channel, `{prefix}bp`). Default `"herd:l2:"`.
+    ///
+    /// One keyspace per prefix: caches of different key types (or codecs) need prefixes of
+    /// their own, and lease prefixes of their own (`RedisLease`). Sharing one, their keys can
+    /// collide in Redis, and every invalidation of one cache's key reaches the other's
+    /// backplane as a key it cannot decode, which empties its whole L1 (safe, never stale, but
+    /// each such invalidation costs it every L1 hit: `TierStats::backplane_resyncs`).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self

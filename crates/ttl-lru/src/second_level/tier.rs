@@ -910,7 +910,9 @@ where
                 self.cache.invalidate(&key);
             }
             Err(error) => {
-                // Not knowing which entry it names, drop them all (safe, never stale).
+                // Not knowing which entry it names, drop them all (safe, never stale). Seen
+                // on every invalidation when caches of other key types share this L2's
+                // keyspace: each needs a key prefix of its own (`RedisSecondLevel`'s docs).
                 bump(&self.counters.codec_errors);
                 bump(&self.counters.backplane_resyncs);
                 tracing::warn!(%error, "backplane key does not decode; invalidating all of L1");
