@@ -159,17 +159,27 @@ impl AckWait<'_> {
         message
     }
 
-    /// Waits for `expected` acknowledgements, at most `limit`; returns how many came.
+    /// Waits for `expected` acknowledgements, at most `limit`, and only while this process's
+    /// subscription is live (acknowledgements arrive through it: while it is down none can
+    /// come, though the other processes still apply the invalidation, and waiting would stall
+    /// every `invalidate` for the whole `limit`: found by review); returns how many came.
     ///
     /// # Cancellation
     /// Dropped, it unregisters; late acknowledgements are discarded.
     pub(crate) async fn wait(&mut self, expected: u64, limit: Duration) -> u64 {
         let mut acked = 0;
         let deadline = tokio::time::Instant::now() + limit;
+        let mut live = self.shared.subscribed.subscribe();
+        if !*live.borrow_and_update() {
+            return 0;
+        }
         while acked < expected {
-            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
-                Ok(Some(())) => acked += 1,
-                Ok(None) | Err(_) => break,
+            tokio::select! {
+                got = tokio::time::timeout_at(deadline, self.rx.recv()) => match got {
+                    Ok(Some(())) => acked += 1,
+                    Ok(None) | Err(_) => break,
+                },
+                _ = live.wait_for(|live| !*live) => break,
             }
         }
         acked

@@ -268,6 +268,17 @@ fn main() -> std::process::ExitCode {
             },
         ),
         Case::redis(
+            "second_level::an_invalidation_does_not_wait_for_acks_its_subscription_cannot_hear",
+            2,
+            |server| {
+                Box::pin(
+                    second_level::an_invalidation_does_not_wait_for_acks_its_subscription_cannot_hear(
+                        server,
+                    ),
+                )
+            },
+        ),
+        Case::redis(
             "second_level::a_subscriber_that_died_with_its_runtime_is_replaced",
             2,
             |server| {

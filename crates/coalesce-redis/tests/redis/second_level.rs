@@ -575,6 +575,47 @@ pub(crate) async fn a_subscriber_that_never_acknowledges_costs_a_bounded_wait(se
     drop(stuck);
 }
 
+/// While this process's own subscription is down, `invalidate` does not wait for
+/// acknowledgements that can only arrive through it (the others still apply the invalidation):
+/// found by review, each call stalled for the whole `ack_timeout` (here longer than the hang
+/// guard) and reported nothing acknowledged.
+pub(crate) async fn an_invalidation_does_not_wait_for_acks_its_subscription_cannot_hear(
+    server: RedisServer,
+) {
+    let url = server.url();
+    let a = RedisSecondLevel::builder(&url)
+        .reconnect_backoff(Duration::from_secs(600))
+        .ack_timeout(Duration::from_secs(600))
+        .backplane(true)
+        .build()
+        .unwrap();
+    guard(a.wait_subscribed(), "subscribed").await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut crate::forwarder::admin(&server).await)
+        .await
+        .unwrap();
+    guard(
+        async {
+            while a.backplane_stats().unwrap().subscribed {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+        "the subscription's loss noticed",
+    )
+    .await;
+    // Another process's subscriber, which receives the invalidation but cannot acknowledge it
+    // to a process that does not listen.
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut other = client.get_async_pubsub().await.unwrap();
+    other.subscribe("herd:l2:bp").await.unwrap();
+    let done = guard(a.invalidate(b"k"), "invalidate").await.unwrap();
+    assert_eq!((done.receivers, done.acked), (1, 0), "{done:?}");
+    drop(other);
+}
+
 /// A key's version must not come back after its version key expired or Redis restarted empty:
 /// otherwise a fill that read version N just before could write after an invalidation that
 /// produced N again.
