@@ -339,6 +339,10 @@ impl BodyWriter for FaultyWriter {
         }
     }
 
+    fn is_current(&self) -> bool {
+        self.inner.as_ref().is_some_and(|inner| inner.is_current())
+    }
+
     fn source(&self) -> Option<Arc<dyn BodySource>> {
         let inner = self.inner.as_ref()?.source()?;
         Some(Arc::new(FaultySource {

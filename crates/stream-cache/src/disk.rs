@@ -1633,6 +1633,15 @@ impl BodyWriter for DiskWriter {
         self.write.cell.state()
     }
 
+    fn is_current(&self) -> bool {
+        let index = self.shared.lock_index();
+        !self.write.cell.state().is_terminal()
+            && index
+                .active
+                .get(&self.key)
+                .is_some_and(|current| current.seq == self.write.seq)
+    }
+
     fn source(&self) -> Option<Arc<dyn BodySource>> {
         Some(Arc::new(DiskSource {
             write: Arc::clone(&self.write),

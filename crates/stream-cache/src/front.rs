@@ -61,7 +61,10 @@ impl<E> Upstream<E> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum NoReaderPolicy {
-    /// Keep filling: the body is cached for later callers (the default).
+    /// Keep filling: the body is cached for later callers (the default). Under either policy
+    /// a write that is no longer its key's current write (invalidated, replaced) stops at the
+    /// next chunk once nobody reads it: no later caller could ever read it
+    /// ([`BodyWriter::is_current`](crate::BodyWriter::is_current)).
     #[default]
     KeepFilling,
     /// Abort the write (`AbortReason::NoReaders`) at the next chunk after the last reader left.
@@ -345,8 +348,12 @@ impl<S: Storage> StreamCache<S> {
     pub async fn purge(&self, key: impl Into<CacheKey>) -> Result<bool, StorageError> {
         let key = key.into();
         self.counters.purge();
+        let removed = self.storage.purge(&key).await;
+        // After the storage's purge, not before: a fill that started in between is fenced out
+        // by it, and a caller that came after this returns must not join that fill (found by
+        // review: it got a body born `Aborted(Purged)`).
         self.group.forget(&key);
-        self.storage.purge(&key).await
+        removed
     }
 
     /// Remove `key` from lookups without cutting off its readers (the storage's
@@ -361,8 +368,10 @@ impl<S: Storage> StreamCache<S> {
     pub async fn invalidate(&self, key: impl Into<CacheKey>) -> Result<bool, StorageError> {
         let key = key.into();
         self.counters.purge();
+        let removed = self.storage.invalidate(&key).await;
+        // After, as `purge`'s.
         self.group.forget(&key);
-        self.storage.invalidate(&key).await
+        removed
     }
 
     /// Return a reader for `key`, running `fill` if nobody has the object and nobody is filling
@@ -762,9 +771,15 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
             }
             // Claims first, then readers: a follower opens its reader before it drops its
             // claim, so seeing no claim means its reader is already counted.
-            if self.no_reader_policy == NoReaderPolicy::Abort
-                && self.claims.load(Ordering::SeqCst) == 0
-                && self.source.as_ref().and_then(|s| s.reader_count()) == Some(0)
+            let unread = self.claims.load(Ordering::SeqCst) == 0
+                && self.source.as_ref().and_then(|s| s.reader_count()) == Some(0);
+            // A write no longer current (invalidated, replaced) can never be looked up again:
+            // with nobody reading it, the rest of the body would be pulled and charged for
+            // nobody, under either policy (found by review: after an invalidation a
+            // `KeepFilling` fill downloaded a whole body nobody could read, evicting live
+            // objects for it).
+            if unread
+                && (self.no_reader_policy == NoReaderPolicy::Abort || !self.writer.is_current())
             {
                 return self.abort(AbortReason::NoReaders);
             }

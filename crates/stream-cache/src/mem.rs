@@ -463,6 +463,15 @@ impl BodyWriter for MemWriter {
         self.object.cell.state()
     }
 
+    fn is_current(&self) -> bool {
+        let index = self.shared.index.read();
+        !self.object.cell.state().is_terminal()
+            && index
+                .map
+                .get(&self.key)
+                .is_some_and(|entry| entry.id == self.id)
+    }
+
     fn source(&self) -> Option<Arc<dyn BodySource>> {
         Some(Arc::new(MemSource {
             object: Arc::clone(&self.object),

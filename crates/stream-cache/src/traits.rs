@@ -366,6 +366,16 @@ pub trait BodyWriter: Send {
     /// exact write rather than whatever `lookup` returns later. `None` when the backend does not
     /// support partial reads.
     fn source(&self) -> Option<Arc<dyn BodySource>>;
+
+    /// Whether this write is still its key's current write, the one `finish` would make the
+    /// key's object: not once it was replaced, purged or invalidated (or aborted). A
+    /// `StreamCache` fill stops a write that is no longer current once nobody reads it, whatever
+    /// its [`NoReaderPolicy`](crate::NoReaderPolicy): nothing could ever read the rest. The
+    /// default says `true` (a backend that cannot tell keeps such fills going to their end).
+    /// May take the backend's index lock; called only when a write has no reader.
+    fn is_current(&self) -> bool {
+        true
+    }
 }
 
 /// Opens readers bound to one write (see [`BodyWriter::source`]).

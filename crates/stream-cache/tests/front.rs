@@ -362,6 +362,48 @@ async fn no_reader_policy_abort_stops_the_fill() {
     assert!(cache.lookup("k").await.unwrap().is_none());
 }
 
+/// Under the default `KeepFilling`, a fill whose write was invalidated (detached: it can never
+/// be looked up again) stops once nobody reads it, giving its bytes back. Found by review:
+/// after an invalidation it pulled the whole rest of the body for nobody, charged to the
+/// storage, evicting live objects for it (herd-proxy invalidates on every accepted POST).
+#[tokio::test]
+async fn an_invalidated_fill_nobody_reads_stops_under_keep_filling() {
+    let storage = std::sync::Arc::new(MemStorage::new(1 << 20));
+    let cache = StreamCacheBuilder::new().build(std::sync::Arc::clone(&storage));
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    let hit = cache
+        .get_or_fill("k", || async { Ok(upstream) })
+        .await
+        .unwrap();
+    send(&tx, "read by nobody soon");
+    drop(hit);
+    assert!(cache.invalidate("k").await.unwrap());
+    send(&tx, "more");
+    tokio::time::timeout(Duration::from_secs(20), tx.closed())
+        .await
+        .expect("the pump went on filling a detached write nobody reads");
+    assert_eq!(storage.used_bytes(), 0);
+    // A current write nobody reads is still filled to its end (the default policy).
+    let (upstream, tx) = channel_upstream(ObjectMeta::default());
+    drop(
+        cache
+            .get_or_fill("j", || async { Ok(upstream) })
+            .await
+            .unwrap(),
+    );
+    send(&tx, "kept");
+    drop(tx);
+    let mut stored = None;
+    while stored.is_none() {
+        tokio::task::yield_now().await;
+        stored = cache
+            .lookup("j")
+            .await
+            .unwrap()
+            .filter(|hit| matches!(hit.body.state(), WriteState::Complete(_)));
+    }
+}
+
 /// A follower woken with the published body but not yet attached counts as a reader: the
 /// leader dropping its own reader first must not abort the body the follower asked for.
 #[tokio::test]
