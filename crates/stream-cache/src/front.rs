@@ -607,11 +607,18 @@ impl<S: Storage> StreamCache<S> {
             );
         }
         let meta = upstream.meta.clone();
-        let writer = match self
-            .storage
-            .begin_write_fenced(&key, upstream.meta, fence)
-            .await
-        {
+        // Under the fill deadline too (found by review: a slow `begin_write`, a saturated
+        // blocking pool or a remote backend, held the leader and its followers past it).
+        // Dropped there, the backend's cancel safety leaves no visible object.
+        let begun = self.storage.begin_write_fenced(&key, upstream.meta, fence);
+        let begun = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, begun).await {
+                Ok(begun) => begun,
+                Err(_elapsed) => return fail(leader, LeadFailure::FillTimedOut, tracker),
+            },
+            None => begun.await,
+        };
+        let writer = match begun {
             Ok(writer) => writer,
             Err(error) => return fail(leader, LeadFailure::Storage(error), tracker),
         };

@@ -327,6 +327,19 @@ impl Storage for MemStorage {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let admission = {
             let mut index = self.shared.index.write();
+            // A declared length that the writes in progress leave no room for is refused here,
+            // before the key's current object is replaced (a `replace` keeps its stale copy)
+            // and without a fence record (as `DiskStorage`'s refusal for room). Found by review:
+            // it replaced the object, then its first chunk was refused, leaving the key empty.
+            // A body of unknown length is still refused at the chunk that does not fit.
+            if let Some(declared) = object.meta.expected_len
+                && (index.used - index.complete_bytes).saturating_add(declared)
+                    > self.shared.capacity
+            {
+                return Err(StorageError::NoRoom {
+                    capacity: self.shared.capacity,
+                });
+            }
             let admission = self.shared.fences.admit(&fence);
             match admission {
                 Admission::Admitted => {

@@ -7,7 +7,7 @@ mod common;
 use bytes::Bytes;
 use common::{TempDir, drain};
 use stream_cache::{
-    AbortReason, CacheKey, DiskStorage, MemStorage, ObjectMeta, Storage, WriteError,
+    AbortReason, CacheKey, DiskStorage, MemStorage, ObjectMeta, Storage, StorageError, WriteError,
 };
 
 fn key(name: &str) -> CacheKey {
@@ -220,6 +220,47 @@ async fn mem_evicts_complete_objects_only() {
             Err(WriteError::Aborted(AbortReason::TooLarge { limit: 100 }))
         ),
         "{refused:?}"
+    );
+}
+
+/// A write whose declared length the writes in progress leave no room for is refused at
+/// `begin_write` (`NoRoom`), before it replaces the key's object: found by review, it replaced
+/// the object and then its first chunk was refused, so a `replace` lost the stale copy.
+#[tokio::test]
+async fn mem_refuses_a_declared_length_without_room_before_replacing() {
+    let storage = MemStorage::new(100);
+    let body = |n: usize| Bytes::from(vec![b'x'; n]);
+    let mut k = storage
+        .begin_write(&key("k"), ObjectMeta::default())
+        .await
+        .unwrap();
+    k.write(body(10)).await.unwrap();
+    k.finish().await.unwrap();
+    let mut big = storage
+        .begin_write(&key("big"), ObjectMeta::default())
+        .await
+        .unwrap();
+    big.write(body(85)).await.unwrap();
+    let refused = storage
+        .begin_write(&key("k"), ObjectMeta::default().with_len(20))
+        .await;
+    assert!(
+        matches!(refused, Err(StorageError::NoRoom { capacity: 100 })),
+        "{:?}",
+        refused.map(|w| w.state())
+    );
+    let kept = storage.lookup(&key("k")).await.unwrap();
+    assert!(
+        kept.is_some(),
+        "the key's object was replaced by a refused write"
+    );
+    big.finish().await.unwrap();
+    // With the room back, the same write is taken.
+    assert!(
+        storage
+            .begin_write(&key("k"), ObjectMeta::default().with_len(20))
+            .await
+            .is_ok()
     );
 }
 
