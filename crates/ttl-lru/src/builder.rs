@@ -26,6 +26,14 @@ use crate::tally::Tally;
 /// k=10 lands up to 0.25 points further from LRU than independent draws would; with it, no
 /// figure moved by more than 0.02.)
 pub const DEFAULT_SAMPLES: usize = 10;
+
+/// The most entries [`CacheBuilder::samples`] takes per eviction: more is taken as this many
+/// (an eviction is O(samples) under its shard's write lock; `usize::MAX` overflowed).
+pub const MAX_SAMPLES: usize = 1024;
+
+/// The largest candidate pool [`CacheBuilder::eviction_pool_size`] takes: more is taken as
+/// this (a larger one failed to allocate at `build`).
+pub const MAX_POOL_SIZE: usize = 1024;
 /// Size of sampled LRU's per-shard eviction candidate pool (Redis's `EVPOOL_SIZE`;
 /// [`Admission::Always`]).
 pub const DEFAULT_POOL_SIZE: usize = 16;
@@ -200,11 +208,12 @@ where
         self
     }
 
-    /// Entries sampled per eviction (at least 1): a window of adjacent entries from a random
-    /// start. Default: the policy's own, [`ADAPTIVE_SAMPLES`] for the default
-    /// [`Admission::Adaptive`], [`DEFAULT_SAMPLES`] for the others.
+    /// Entries sampled per eviction (at least 1, at most [`MAX_SAMPLES`]; a shard with fewer
+    /// entries samples them all): a window of adjacent entries from a random start. Default:
+    /// the policy's own, [`ADAPTIVE_SAMPLES`] for the default [`Admission::Adaptive`],
+    /// [`DEFAULT_SAMPLES`] for the others.
     pub fn samples(mut self, k: usize) -> Self {
-        self.samples = Some(k.max(1));
+        self.samples = Some(k.clamp(1, MAX_SAMPLES));
         self
     }
 
@@ -226,9 +235,9 @@ where
         self
     }
 
-    /// Candidate pool size per shard; 0 disables the pool.
+    /// Candidate pool size per shard (at most [`MAX_POOL_SIZE`]); 0 disables the pool.
     pub fn eviction_pool_size(mut self, size: usize) -> Self {
-        self.pool_size = Some(size);
+        self.pool_size = Some(size.min(MAX_POOL_SIZE));
         self
     }
 

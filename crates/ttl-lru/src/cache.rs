@@ -26,6 +26,12 @@ pub(crate) type IdleBy<K, V> = Arc<dyn Fn(&K, &V) -> Option<Duration> + Send + S
 /// LRU on request: [`Admission`](crate::Admission)) and coalesced read-through.
 ///
 /// Cheap to clone (an `Arc` inside); clones share the same store. See the [crate docs](crate).
+///
+/// # Re-entrancy
+/// The key's `Hash`, `Eq` and `Clone` and the value's `Clone` run under a shard's lock (a
+/// lookup compares and clones there). They must not call into the same cache: a thread that
+/// does can wait on its own lock for ever. The weigher, `time_to_idle_by`'s function, the
+/// eviction listener and every fill run with no lock held and may use the cache.
 pub struct Cache<K, V> {
     pub(crate) inner: Arc<Inner<K, V>>,
 }

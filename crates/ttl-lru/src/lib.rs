@@ -138,7 +138,7 @@ mod tally;
 pub use admission::Admission;
 pub use builder::{
     ADAPTIVE_POOL_SIZE, ADAPTIVE_SAMPLES, CacheBuilder, DEFAULT_POOL_SIZE,
-    DEFAULT_RECENCY_RESOLUTION, DEFAULT_SAMPLES,
+    DEFAULT_RECENCY_RESOLUTION, DEFAULT_SAMPLES, MAX_POOL_SIZE, MAX_SAMPLES,
 };
 pub use bulk::ManyFetched;
 pub use cache::{Cache, Entry, Fence, Freshness};

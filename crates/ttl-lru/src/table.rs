@@ -592,6 +592,9 @@ impl<K: Eq + Hash, V> Table<K, V> {
         if self.adaptive.is_some() {
             slot.set_flag(self.slots[i].meta(), true);
         }
+        // The old value's idle deadline joins its expiry, as every other exit folds it: one
+        // gone idle is reported `Expired`, not `Replaced` (found by review).
+        self.fold_idle_deadline(i);
         self.replace_value(i, slot, weight)
     }
 
@@ -796,7 +799,7 @@ impl<K: Eq + Hash, V> Table<K, V> {
             len.store(self.len() as u64, std::sync::atomic::Ordering::Relaxed);
             count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let end = start + samples.max(1);
+        let end = start + samples.clamp(1, self.len());
         // One prefetch per line, and the window's last. (One per pair of lines, leaving the
         // neighbour to the processor's pair fetch, measured slower at 1M entries: 711 against
         // 670 ns per insert at capacity.)
@@ -853,7 +856,10 @@ impl<K: Eq + Hash, V> Table<K, V> {
         // insert at capacity).
         let mut draw = self.rng.below(len);
         self.check_prefetched(draw);
-        let samples = cfg.samples.max(1);
+        // Never more than the table holds: the window walk below wraps, and more samples than
+        // entries only re-reads them (found by review: `samples(usize::MAX)` overflowed
+        // `draw + samples`, a panic, or walked for ever under the shard's write lock).
+        let samples = cfg.samples.clamp(1, len);
         if exclude.is_none() && draw + samples <= self.slots.len() {
             // The common case, a window inside the value array with nothing to skip: one pass
             // over a slice, with no per-sample array choice or bounds check (at 10K entries

@@ -270,3 +270,26 @@ async fn an_invalidate_whose_value_clone_panics_still_detaches_the_fill() {
     assert_eq!(next.value.0, 3);
     drop(stuck);
 }
+
+/// A value gone idle (past its time-to-idle) that its key's write replaces is reported as
+/// `Expired`, as a value past its TTL is. Found by review: the replace did not fold the idle
+/// deadline into the expiry, as every other removal does, and reported it `Replaced`.
+#[test]
+fn an_idle_value_its_keys_write_replaces_is_reported_expired() {
+    let clock = ManualClock::new();
+    let (c, log) = logged(
+        Cache::builder(10)
+            .shards(1)
+            .clock(clock.clone())
+            .time_to_idle(Duration::from_millis(100))
+            .recency_resolution(Duration::ZERO),
+    );
+    c.insert(1, 10, Duration::MAX).unwrap();
+    clock.advance(Duration::from_millis(150));
+    assert_eq!(c.get(&1), None, "idle");
+    c.insert(1, 11, Duration::MAX).unwrap();
+    assert_eq!(take(&log), vec![(1, 10, RemovalCause::Expired)]);
+    // A live value its key's write replaces is still `Replaced`.
+    c.insert(1, 12, Duration::MAX).unwrap();
+    assert_eq!(take(&log), vec![(1, 11, RemovalCause::Replaced)]);
+}

@@ -737,3 +737,24 @@ fn the_capacity_budget_stays_exact_under_concurrent_writes_and_resizes() {
         assert_eq!(c.len() as u64, cap, "capacity {cap}");
     }
 }
+
+/// An out-of-range sample count or pool size is taken as the most the builder allows, never
+/// a panic or a walk without end under a shard's lock. Found by review: `samples(usize::MAX)`
+/// overflowed `draw + samples` at the first eviction (a panic, or in release a slice out of
+/// bounds or a loop of `usize::MAX` samples), and `eviction_pool_size(usize::MAX)` failed to
+/// allocate at `build`.
+#[test]
+fn huge_sample_counts_and_pool_sizes_are_clamped() {
+    for admission in [Admission::Always, Admission::TinyLfu, Admission::Adaptive] {
+        let c: Cache<u64, u64> = Cache::builder(8)
+            .shards(1)
+            .admission(admission)
+            .samples(usize::MAX)
+            .eviction_pool_size(usize::MAX)
+            .build();
+        for k in 0..100 {
+            let _ = c.insert(k, k, Duration::MAX);
+        }
+        assert!(c.len() <= 8, "{admission:?}: {}", c.len());
+    }
+}
