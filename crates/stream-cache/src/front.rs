@@ -64,7 +64,7 @@ pub enum NoReaderPolicy {
     /// Keep filling: the body is cached for later callers (the default). Under either policy
     /// a write that is no longer its key's current write (invalidated, replaced) stops at the
     /// next chunk once nobody reads it: no later caller could ever read it
-    /// ([`BodyWriter::is_current`](crate::BodyWriter::is_current)).
+    /// ([`BodyWriter::is_current`]).
     #[default]
     KeepFilling,
     /// Abort the write (`AbortReason::NoReaders`) at the next chunk after the last reader left.
