@@ -28,11 +28,16 @@ use tokio::time::{Instant, timeout};
 /// - A failure drops only the connection its command ran on: a late failure of a command sent
 ///   on an older connection leaves the newer one alone.
 /// - A command its caller dropped before any answer (a limit above this one, shorter than
-///   `command_timeout`: a tier's `l2_timeout`) is remembered: if the connection then answers
-///   nothing for `command_timeout` from that command's start, the next call drops it. Without
-///   this, callers that always gave up first never let a command time out here, and a
-///   connection that stopped answering (a half-open socket) was kept until the kernel closed
-///   it, every call failing meanwhile.
+///   `command_timeout`: a tier's `l2_timeout` or soft timeout) is remembered: if the connection
+///   then answers nothing for `command_timeout` from that command's start, the next call drops
+///   it. Without this, callers that always gave up first never let a command time out here, and
+///   a connection that stopped answering (a half-open socket) was kept until the kernel closed
+///   it, every call failing meanwhile. Such a drop also sends one `PING` on the connection, on
+///   a task of its own: Redis answers a connection's commands in order, so its answer says every
+///   command before it was answered (the connection is alive, only slower than that caller),
+///   and no answer within `command_timeout` drops the connection at once. (Found by review:
+///   with every caller giving up before a slow but healthy Redis answered, nothing counted as
+///   answered, and each process reconnected every `command_timeout`.)
 ///
 /// Cheap to clone: clones share the connection and its state.
 #[derive(Clone)]
@@ -59,6 +64,8 @@ struct State {
     /// When the oldest command its caller dropped unanswered on the current connection
     /// started, if no command has been answered on it since.
     unanswered_since: Option<Instant>,
+    /// A liveness `PING` is in flight on the current connection ([`Connector::probe`]).
+    probing: bool,
 }
 
 /// Why a connect produced no connection, shared with callers that arrive during the back-off.
@@ -145,6 +152,45 @@ impl Connector {
         let mut state = self.state();
         state.connection = None;
         state.unanswered_since = None;
+    }
+
+    /// Sends `PING`s on connection number `generation` (on its own task) until no command
+    /// dropped unanswered before the last one sent is left: each answered one clears those
+    /// marks; one unanswered within `command_timeout` drops the connection.
+    async fn probe(self, mut connection: MultiplexedConnection, generation: u64) {
+        loop {
+            let sent = Instant::now();
+            let ping = redis::cmd("PING");
+            let answered = match timeout(
+                self.command_timeout,
+                ping.query_async::<()>(&mut connection),
+            )
+            .await
+            {
+                Ok(Ok(())) => true,
+                Ok(Err(error)) => !connection_is_done(&error),
+                Err(_elapsed) => false,
+            };
+            let mut state = self.state();
+            if state.generation != generation || state.connection.is_none() {
+                state.probing = false;
+                return;
+            }
+            if !answered {
+                state.connection = None;
+                state.unanswered_since = None;
+                state.probing = false;
+                return;
+            }
+            if state.unanswered_since.is_some_and(|since| since <= sent) {
+                state.unanswered_since = None;
+            }
+            if state.unanswered_since.is_none() {
+                state.probing = false;
+                return;
+            }
+            // A command dropped after this PING was sent: ask again.
+        }
     }
 
     /// Drops connection number `generation` if it is still the current one.
@@ -320,9 +366,22 @@ impl Drop for InFlight<'_> {
             return;
         }
         let mut state = self.connector.state();
-        if state.generation == self.generation && state.connection.is_some() {
-            let since = state.unanswered_since.get_or_insert(self.started);
-            *since = (*since).min(self.started);
+        let Some(connection) = state.connection.clone() else {
+            return;
+        };
+        if state.generation != self.generation {
+            return;
+        }
+        let since = state.unanswered_since.get_or_insert(self.started);
+        *since = (*since).min(self.started);
+        // One liveness probe at a time (see the type's docs); without a runtime (dropped
+        // outside one), the next call's check still applies.
+        if !state.probing
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            state.probing = true;
+            let connector = self.connector.clone();
+            runtime.spawn(connector.probe(connection, self.generation));
         }
     }
 }

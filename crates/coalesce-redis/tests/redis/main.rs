@@ -130,6 +130,13 @@ fn main() -> std::process::ExitCode {
             },
         ),
         Case::redis(
+            "second_level::a_slow_connection_is_kept_when_callers_give_up_first",
+            2,
+            |server| {
+                Box::pin(second_level::a_slow_connection_is_kept_when_callers_give_up_first(server))
+            },
+        ),
+        Case::redis(
             "second_level::an_address_left_on_a_replica_is_accepted",
             2,
             |server| {

@@ -1110,6 +1110,32 @@ pub(crate) async fn a_dead_connection_is_replaced_when_callers_give_up_first(ser
     assert_eq!(address.accepted(), 2, "one new connection");
 }
 
+/// A connection that answers, only after its callers gave up (a slow but healthy Redis, every
+/// caller under a limit shorter than the connection's: a tier's soft timeout), is kept: the
+/// liveness `PING` its abandoned command sends is answered. Found by review: nothing counted as
+/// answered, and the next call a `command_timeout` later reconnected, in every process, over
+/// and over.
+pub(crate) async fn a_slow_connection_is_kept_when_callers_give_up_first(server: RedisServer) {
+    use ttl_lru::second_level::SecondLevel;
+    let address = crate::forwarder::Forwarder::start(server.port()).await;
+    let l2 = l2(&address.url(), Duration::from_millis(10), false);
+    assert!(l2.get(b"k").await.is_ok(), "connected (connection 1)");
+    address.hold(1, true);
+    // A caller with a limit of 20 ms, below the connection's 200 ms: it gives up.
+    let gave_up = tokio::time::timeout(Duration::from_millis(20), l2.get(b"k")).await;
+    assert!(gave_up.is_err());
+    // The replies come, late.
+    address.hold(1, false);
+    // Past the connection's command timeout since the abandoned command started.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(l2.get(b"k").await.is_ok());
+    assert_eq!(
+        address.accepted(),
+        1,
+        "the answering connection was replaced"
+    );
+}
+
 /// An address that moves to a replica for good (it named a node that was then demoted): after
 /// a few subscriptions that each ended on the replica, the backplane stays subscribed there,
 /// where the primary's invalidations arrive through replication. Found by review: it
