@@ -1859,6 +1859,30 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
     }
 
+    /// Writes `body` to `key` and spawns its durable `finish`, returned once the file is renamed
+    /// into place and the finish is held at its directory's fsync (sending on the returned
+    /// channel lets it go on).
+    async fn finish_held_at_its_sync(
+        storage: &DiskStorage,
+        key: &CacheKey,
+    ) -> (
+        tokio::task::JoinHandle<Result<u64, WriteError>>,
+        std::sync::mpsc::Sender<()>,
+    ) {
+        let mut writer = storage
+            .begin_write(key, ObjectMeta::default())
+            .await
+            .unwrap();
+        writer.write(Bytes::from_static(b"body")).await.unwrap();
+        let (release, held) = std::sync::mpsc::channel();
+        *storage.shared.hold_next_dir_sync.lock() = Some(held);
+        let finish = tokio::spawn(writer.finish());
+        while storage.shared.hold_next_dir_sync.lock().is_some() {
+            tokio::task::yield_now().await;
+        }
+        (finish, release)
+    }
+
     /// A purge while a durable `finish` syncs the name it just renamed into place removes that
     /// file itself and syncs the directory before it returns: the purge survives a power loss.
     /// Found by review: the purge saw no unsynced unlink and returned at once, and the finish
@@ -1869,18 +1893,7 @@ mod tests {
         let root = temp_root("stream-cache-purge-finish");
         let storage = durable(&root).await;
         let key: CacheKey = "k".into();
-        let mut writer = storage
-            .begin_write(&key, ObjectMeta::default())
-            .await
-            .unwrap();
-        writer.write(Bytes::from_static(b"body")).await.unwrap();
-        let (release, held) = std::sync::mpsc::channel();
-        *storage.shared.hold_next_dir_sync.lock() = Some(held);
-        let finish = tokio::spawn(writer.finish());
-        // Renamed into place, its directory's fsync held.
-        while storage.shared.hold_next_dir_sync.lock().is_some() {
-            tokio::task::yield_now().await;
-        }
+        let (finish, release) = finish_held_at_its_sync(&storage, &key).await;
         let subdir = storage.shared.layout.subdir_path(subdir_of(&key));
         let files = || std::fs::read_dir(&subdir).unwrap().count();
         assert_eq!(files(), 1, "the renamed object file");
@@ -1902,17 +1915,7 @@ mod tests {
         let root = temp_root("stream-cache-finish-dropped");
         let storage = durable(&root).await;
         let key: CacheKey = "k".into();
-        let mut writer = storage
-            .begin_write(&key, ObjectMeta::default())
-            .await
-            .unwrap();
-        writer.write(Bytes::from_static(b"body")).await.unwrap();
-        let (release, held) = std::sync::mpsc::channel();
-        *storage.shared.hold_next_dir_sync.lock() = Some(held);
-        let finish = tokio::spawn(writer.finish());
-        while storage.shared.hold_next_dir_sync.lock().is_some() {
-            tokio::task::yield_now().await;
-        }
+        let (finish, release) = finish_held_at_its_sync(&storage, &key).await;
         finish.abort();
         assert!(finish.await.unwrap_err().is_cancelled());
         let subdir = storage.shared.layout.subdir_path(subdir_of(&key));
@@ -1939,18 +1942,9 @@ mod tests {
         let root = temp_root("stream-cache-invalidate-finish");
         let storage = durable(&root).await;
         let key: CacheKey = "k".into();
-        let mut writer = storage
-            .begin_write(&key, ObjectMeta::default())
-            .await
-            .unwrap();
+        let (finish, release) = finish_held_at_its_sync(&storage, &key).await;
+        // The write stays the key's (lookups tail it) until its name is synced.
         let mut reader = storage.lookup(&key).await.unwrap().unwrap().body;
-        writer.write(Bytes::from_static(b"body")).await.unwrap();
-        let (release, held) = std::sync::mpsc::channel();
-        *storage.shared.hold_next_dir_sync.lock() = Some(held);
-        let finish = tokio::spawn(writer.finish());
-        while storage.shared.hold_next_dir_sync.lock().is_some() {
-            tokio::task::yield_now().await;
-        }
         let subdir = storage.shared.layout.subdir_path(subdir_of(&key));
         let files = || std::fs::read_dir(&subdir).unwrap().count();
         assert_eq!(files(), 1, "the renamed object file");
