@@ -485,6 +485,40 @@ both_backends!(
     }
 );
 
+// `invalidate` dropped after its first poll (`DiskStorage`: at its directory sync, when it has
+// one to do) has already taken the key out of lookups, and detached rather than aborted its
+// write; a second `invalidate` completes it. The detached write still completes for its
+// reader.
+both_backends!(
+    invalidate_dropped_after_its_first_poll,
+    None,
+    |storage: Arc<dyn Storage>| async move {
+        let k = key("object");
+        let mut w = storage
+            .begin_write(&k, ObjectMeta::default())
+            .await
+            .unwrap();
+        w.write(Bytes::from_static(b"hello ")).await.unwrap();
+        let mut hit = storage
+            .lookup(&k)
+            .await
+            .unwrap()
+            .expect("partial body visible");
+        {
+            let mut first = std::pin::pin!(storage.invalidate(&k));
+            let _ = futures::poll!(first.as_mut());
+        }
+        assert!(storage.lookup(&k).await.unwrap().is_none());
+        storage.invalidate(&k).await.unwrap();
+        w.write(Bytes::from_static(b"world")).await.unwrap();
+        w.finish().await.unwrap();
+        let (body, end) = drain(&mut *hit.body).await;
+        assert!(end.is_ok(), "{end:?}");
+        assert_eq!(body, b"hello world".to_vec());
+        assert!(storage.lookup(&k).await.unwrap().is_none());
+    }
+);
+
 both_backends!(lookup_after_abort_misses, None, |storage: Arc<
     dyn Storage,
 >| async move {
