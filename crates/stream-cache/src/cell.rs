@@ -341,6 +341,26 @@ impl BodyCell {
         }
     }
 
+    /// Aborts with `reason` only if no reader is attached, in one step with readers attaching
+    /// (a reader attaches under the same lock): an attach either comes first, and nothing is
+    /// aborted, or after, and finds the write aborted. Returns whether it aborted.
+    pub(crate) fn abort_if_unread(&self, reason: AbortReason) -> bool {
+        let wakers = {
+            let mut inner = self.inner.lock();
+            if inner.readers > 0 {
+                return false;
+            }
+            inner.abort(reason)
+        };
+        match wakers {
+            Some(wakers) => {
+                wake_all(wakers);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A new reader positioned at offset 0.
     pub(crate) fn cursor(self: &Arc<Self>) -> Cursor {
         self.inner.lock().readers += 1;

@@ -1131,20 +1131,24 @@ impl Storage for DiskStorage {
         let seq = {
             let mut index = self.shared.lock_index();
             if let Some(write) = index.active.get(key)
-                && !matches!(write.cell.state(), WriteState::Aborted(_))
                 && write
                     .meta
                     .expires_at
                     .is_none_or(|at| at > SystemTime::now())
             {
-                return Ok(Some(Hit {
-                    meta: write.meta.clone(),
-                    body: Box::new(DiskReader::tailing(
-                        write.cell.cursor(),
-                        Arc::clone(&write.file),
-                        write.body_offset,
-                    )),
-                }));
+                // Attached before the state is read, as `MemStorage::lookup` (an abort made
+                // only while no reader is attached is then prevented or seen).
+                let cursor = write.cell.cursor();
+                if !matches!(write.cell.state(), WriteState::Aborted(_)) {
+                    return Ok(Some(Hit {
+                        meta: write.meta.clone(),
+                        body: Box::new(DiskReader::tailing(
+                            cursor,
+                            Arc::clone(&write.file),
+                            write.body_offset,
+                        )),
+                    }));
+                }
             }
             let Some(stored) = index.objects.get_mut(key) else {
                 return Ok(None);
@@ -1679,6 +1683,10 @@ impl BodySource for DiskSource {
 
     fn reader_count(&self) -> Option<usize> {
         Some(self.write.cell.reader_count())
+    }
+
+    fn abort_if_unread(&self, reason: AbortReason) -> Option<bool> {
+        Some(self.write.cell.abort_if_unread(reason))
     }
 }
 

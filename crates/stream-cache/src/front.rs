@@ -788,7 +788,17 @@ impl<E: std::error::Error + Send + Sync + 'static> Pump<E> {
             if unread
                 && (self.no_reader_policy == NoReaderPolicy::Abort || !self.writer.is_current())
             {
-                return self.abort(AbortReason::NoReaders);
+                // In one step with readers attaching where the backend can: a lookup that
+                // attached since the count above keeps its body (found by review: counted as
+                // a hit, it then read `NoReaders`).
+                match self
+                    .source
+                    .as_ref()
+                    .and_then(|s| s.abort_if_unread(AbortReason::NoReaders))
+                {
+                    Some(false) => continue,
+                    Some(true) | None => return self.abort(AbortReason::NoReaders),
+                }
             }
         }
     }

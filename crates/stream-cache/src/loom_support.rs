@@ -41,6 +41,11 @@ impl Cell {
         self.0.abort(reason)
     }
 
+    /// Abort only if no reader is attached; whether it aborted.
+    pub fn abort_if_unread(&self, reason: AbortReason) -> bool {
+        self.0.abort_if_unread(reason)
+    }
+
     /// Current state.
     pub fn state(&self) -> WriteState {
         self.0.state()

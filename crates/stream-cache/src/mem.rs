@@ -257,6 +257,11 @@ impl Storage for MemStorage {
             };
             Arc::clone(&entry.object)
         };
+        // Attached before the state is read: an abort made only while no reader is attached
+        // (`BodySource::abort_if_unread`, a fill whose readers all left) is then either
+        // prevented by this reader or seen below, never a hit that then fails (found by
+        // review: the state was read first, and such an abort could land in between).
+        let cursor = object.cell.cursor();
         // An entry whose write was just aborted by a limit may still be indexed for a moment;
         // it is already marked aborted, so it is treated as a miss.
         if matches!(object.cell.state(), WriteState::Aborted(_)) {
@@ -285,9 +290,7 @@ impl Storage for MemStorage {
         }
         Ok(Some(Hit {
             meta: object.meta.clone(),
-            body: Box::new(MemReader {
-                cursor: object.cell.cursor(),
-            }),
+            body: Box::new(MemReader { cursor }),
         }))
     }
 
@@ -520,6 +523,10 @@ impl BodySource for MemSource {
 
     fn reader_count(&self) -> Option<usize> {
         Some(self.object.cell.reader_count())
+    }
+
+    fn abort_if_unread(&self, reason: AbortReason) -> Option<bool> {
+        Some(self.object.cell.abort_if_unread(reason))
     }
 }
 

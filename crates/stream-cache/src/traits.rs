@@ -388,6 +388,17 @@ pub trait BodySource: Send + Sync {
 
     /// How many readers are attached to this write, if the backend tracks it.
     fn reader_count(&self) -> Option<usize>;
+
+    /// Aborts the write with `reason` if no reader is attached, in one step with readers
+    /// attaching (a `lookup` that attaches either comes first, and nothing is aborted, or
+    /// after, and misses); whether it aborted. `None` (the default): the backend cannot, and a
+    /// caller falls back to [`reader_count`](Self::reader_count), which can race an attach.
+    /// Aborting here marks the write only: the writer's own `abort` then does the backend's
+    /// bookkeeping.
+    fn abort_if_unread(&self, reason: AbortReason) -> Option<bool> {
+        let _ = reason;
+        None
+    }
 }
 
 /// The reading half: one reader, bound to one write.

@@ -260,3 +260,36 @@ mod fence {
         });
     }
 }
+
+/// A fill whose readers all left aborts only if none is attached, in one step with readers
+/// attaching, and a lookup attaches before it reads the state: a reader that attached first
+/// keeps its body (the abort does not happen), and one that attaches after finds the write
+/// aborted and is a miss. Never a hit that then reads `NoReaders`.
+#[test]
+fn abort_if_unread_racing_a_lookup_attaching() {
+    loom::model(|| {
+        let cell = Cell::new(None);
+        cell.append(chunk("ab")).unwrap();
+        let attaching = cell.clone();
+        let lookup = thread::spawn(move || {
+            let mut reader = attaching.reader();
+            if matches!(attaching.state(), WriteState::Aborted(_)) {
+                return None;
+            }
+            Some(block_on(reader.read_all()))
+        });
+        let aborted = cell.abort_if_unread(AbortReason::NoReaders);
+        if !aborted {
+            cell.append(chunk("cd")).unwrap();
+            cell.complete().unwrap();
+        }
+        match lookup.join().unwrap() {
+            None => assert!(aborted),
+            Some((body, end)) => {
+                assert!(!aborted, "a hit under an abort");
+                assert_eq!(body, b"abcd");
+                assert!(end.is_ok(), "{end:?}");
+            }
+        }
+    });
+}
