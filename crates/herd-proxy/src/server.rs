@@ -658,6 +658,14 @@ impl Inner {
         let (head, body) = response.into_parts();
         let mut headers = head.headers;
         strip_hop_by_hop(&mut headers);
+        // RFC 9110 6.6.1: a cache that stores a response without `Date` records when it came
+        // and adds one. Without it every hit was stamped with the time it was served beside a
+        // growing `Age`, and a cache below counted the time twice (found by review).
+        if !headers.contains_key(header::DATE)
+            && let Ok(date) = HeaderValue::from_str(&httpdate::fmt_http_date(received))
+        {
+            headers.insert(header::DATE, date);
+        }
         let stored = StoredHead {
             status: head.status,
             headers,
@@ -936,6 +944,20 @@ impl Inner {
             return response;
         }
         if parts.method == Method::HEAD || matches!(head.status.as_u16(), 204 | 304) {
+            // A HEAD gets the length its GET would (RFC 9110 9.3.2): a body stored from a
+            // chunked answer has no `Content-Length` of its own, only its final length (found
+            // by review: `curl -I` saw no size where GET said 500).
+            let length = meta.expected_len.or(match reader.state() {
+                WriteState::Complete(len) => Some(len),
+                _ => None,
+            });
+            if parts.method == Method::HEAD
+                && !matches!(head.status.as_u16(), 204 | 304)
+                && !headers.contains_key(header::CONTENT_LENGTH)
+                && let Some(len) = length
+            {
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+            }
             *response.headers_mut() = headers;
             return response;
         }

@@ -652,6 +652,57 @@ async fn raw_response(proxy: std::net::SocketAddr, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A HEAD answered from a stored GET body that came chunked carries the body's length, as the
+/// GET does (RFC 9110 9.3.2). Found by review: it had no `Content-Length` at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_from_a_stored_chunked_body_carries_its_length() {
+    let origin = Origin::start(|_, _| {
+        vec![
+            Step::Send(head_chunked("")),
+            Step::Send(chunk(&body_of(500))),
+            Step::Send(Bytes::from_static(LAST_CHUNK)),
+        ]
+    })
+    .await;
+    let (proxy, _handle) = proxy(origin.addr, |_| {}).await;
+    read_body(get_simple(proxy, "/c").await).await.unwrap();
+    let get = get_simple(proxy, "/c").await;
+    assert_eq!(get.headers()["x-cache"], "HIT");
+    assert_eq!(get.headers()["content-length"], "500");
+    let head = send(
+        proxy,
+        Request::head("/c")
+            .header("host", "test.local")
+            .body(Empty::<Bytes>::new())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(head.status(), 200);
+    assert_eq!(
+        head.headers().get("content-length").map(|v| v.as_bytes()),
+        Some(&b"500"[..])
+    );
+    assert_eq!(origin.requests(), 1);
+}
+
+/// A response stored without `Date` gets one, the time it was received (RFC 9110 6.6.1), which
+/// every hit carries beside its `Age`. Found by review: each hit was stamped with the time it
+/// was served, so a cache below counted the time it had spent here twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_stored_without_date_keeps_the_date_it_was_received() {
+    let origin = Origin::start(whole(10, "")).await;
+    let received = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let clock = herd_proxy::Clock::manual(received);
+    let (proxy, _handle) = proxy(origin.addr, |c| c.clock = clock.clone()).await;
+    read_body(get_simple(proxy, "/d").await).await.unwrap();
+    clock.advance(Duration::from_secs(30));
+    let hit = get_simple(proxy, "/d").await;
+    assert_eq!(hit.headers()["x-cache"], "HIT");
+    assert_eq!(hit.headers()["age"], "30");
+    let date = hit.headers()["date"].to_str().unwrap().to_owned();
+    assert_eq!(date, httpdate::fmt_http_date(received));
+}
+
 /// A response with a transfer coding other than chunked (`gzip, chunked`) is a 502, never
 /// stored: the proxy undoes only the chunking and drops `Transfer-Encoding`, so the client got
 /// gzip bytes as the identity body, a clean 200, cached. Found by review.
