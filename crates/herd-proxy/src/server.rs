@@ -35,6 +35,10 @@ use crate::{Config, ConfigError, SharedStorage};
 pub(crate) type RespBody = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 const PURGE_TOKEN_HEADER: &str = "x-purge-token";
+/// How often an HTTP/2 client connection is pinged, and how long its answer may take before the
+/// connection is closed.
+const H2_KEEP_ALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+const H2_KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// How a URL's stored variants go.
 #[derive(Debug, Clone, Copy)]
@@ -228,6 +232,17 @@ impl Proxy {
             let inner = Arc::clone(&self.inner);
             tokio::spawn(async move {
                 let config = &inner.config;
+                // The header timeout counts from the accept: hyper's starts only once it has
+                // told HTTP/1 from HTTP/2, for which it waits for bytes with no timer, so a
+                // connection that never sent one was held for good (found by review: idle
+                // sockets could use up the descriptors). As nginx's `client_header_timeout`.
+                let mut first = [0u8; 1];
+                match tokio::time::timeout(config.client_header_timeout, stream.peek(&mut first))
+                    .await
+                {
+                    Ok(Ok(n)) if n > 0 => {}
+                    _ => return,
+                }
                 // HTTP/1.x, or HTTP/2 with prior knowledge (h2c); an aborted body then ends its
                 // stream with RST_STREAM instead of a missing chunk.
                 let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -242,12 +257,17 @@ impl Proxy {
                     .max_buf_size(config.max_header_bytes)
                     .timer(TokioTimer::new())
                     .header_read_timeout(config.client_header_timeout);
+                // HTTP/2 keep-alive pings: a client that vanished without a FIN (a NAT or a
+                // mobile network dropping it) is found and its connection closed, where it was
+                // held for good.
                 builder
                     .http2()
                     .max_header_list_size(
                         u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX),
                     )
-                    .timer(TokioTimer::new());
+                    .timer(TokioTimer::new())
+                    .keep_alive_interval(Some(H2_KEEP_ALIVE_INTERVAL))
+                    .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT);
                 let service = service_fn({
                     let inner = Arc::clone(&inner);
                     move |request| {

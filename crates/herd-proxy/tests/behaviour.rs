@@ -767,6 +767,29 @@ async fn an_invalid_host_is_a_400_and_poisons_no_other_host() {
     );
 }
 
+/// A connection that never sends a byte is closed after the client header timeout, counted
+/// from the accept. Found by review: hyper's header timer starts only once it has read enough
+/// to tell HTTP/1 from HTTP/2, so such a connection (and its descriptor) was held for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_never_sends_is_closed_after_the_header_timeout() {
+    let origin = Origin::start(whole(10, "")).await;
+    let (proxy, _handle) = proxy(origin.addr, |c| {
+        c.client_header_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let mut silent = TcpStream::connect(proxy).await.unwrap();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(GUARD, silent.read(&mut buf))
+        .await
+        .expect("the silent connection was held past the hang guard");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    // A client that does send is served as before.
+    assert_eq!(
+        read_body(get_simple(proxy, "/").await).await.unwrap(),
+        body_of(10)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_clear_statuses() {
     let origin = Origin::start(whole(10, "")).await;
