@@ -16,9 +16,8 @@ use bytes::Bytes;
 use common::drain;
 use futures::StreamExt;
 use stream_cache::{
-    AbortKind, AbortReason, BodyError, BodyWriter, CacheKey, FillError, Hit, MemStorage,
-    NoReaderPolicy, ObjectMeta, Storage, StorageError, StreamCache, StreamCacheBuilder, Upstream,
-    WriteState,
+    AbortKind, AbortReason, BodyError, FillError, MemStorage, NoReaderPolicy, ObjectMeta, Storage,
+    StreamCache, StreamCacheBuilder, Upstream, WriteState,
 };
 use tokio::sync::mpsc;
 
@@ -305,41 +304,16 @@ async fn fill_timeout_before_meta() {
     assert!(matches!(follower, Err(FillError::FillTimedOut)));
 }
 
-/// `MemStorage` whose `begin_write` takes 10 s (a saturated blocking pool, a remote backend).
-struct SlowBegin(MemStorage);
-
-#[async_trait::async_trait]
-impl Storage for SlowBegin {
-    fn capabilities(&self) -> stream_cache::Capabilities {
-        self.0.capabilities()
-    }
-    async fn lookup(&self, key: &CacheKey) -> Result<Option<Hit>, StorageError> {
-        self.0.lookup(key).await
-    }
-    fn fence(&self, key: &CacheKey) -> stream_cache::WriteFence {
-        self.0.fence(key)
-    }
-    async fn begin_write_fenced(
-        &self,
-        key: &CacheKey,
-        meta: ObjectMeta,
-        fence: stream_cache::WriteFence,
-    ) -> Result<Box<dyn BodyWriter>, StorageError> {
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        self.0.begin_write_fenced(key, meta, fence).await
-    }
-    async fn purge(&self, key: &CacheKey) -> Result<bool, StorageError> {
-        self.0.purge(key).await
-    }
-}
-
 /// The fill timeout bounds the storage's `begin_write` too: found by review, a slow one held
 /// the leader and its followers past the deadline (and the fill then succeeded at 10 s).
 #[tokio::test(start_paused = true)]
 async fn fill_timeout_bounds_a_slow_begin_write() {
     let cache = StreamCacheBuilder::new()
         .fill_timeout(Duration::from_secs(1))
-        .build(SlowBegin(MemStorage::new(1 << 20)));
+        .build(common::Slowed {
+            begin_delay: Some(Duration::from_secs(10)),
+            ..common::Slowed::new(MemStorage::new(1 << 20))
+        });
     let leader = cache.get_or_fill("k", || async {
         Ok::<_, io::Error>(ready_upstream(&["late"]))
     });

@@ -223,51 +223,6 @@ async fn later_disk_begin_write_wins_the_race() {
     assert_eq!(body_of(&*storage, "k").await.as_deref(), Some(&b"new"[..]));
 }
 
-/// `MemStorage` whose `purge` and `invalidate` wait for the test before they act, as a backend
-/// that awaits I/O or a lock before it fences.
-struct SlowPurge {
-    inner: stream_cache::MemStorage,
-    gate: std::sync::Mutex<Option<oneshot::Receiver<()>>>,
-    /// Set once a purge waits at the gate.
-    entered: std::sync::atomic::AtomicBool,
-}
-
-#[async_trait::async_trait]
-impl Storage for SlowPurge {
-    fn capabilities(&self) -> stream_cache::Capabilities {
-        self.inner.capabilities()
-    }
-    async fn lookup(
-        &self,
-        key: &stream_cache::CacheKey,
-    ) -> Result<Option<stream_cache::Hit>, stream_cache::StorageError> {
-        self.inner.lookup(key).await
-    }
-    fn fence(&self, key: &stream_cache::CacheKey) -> stream_cache::WriteFence {
-        self.inner.fence(key)
-    }
-    async fn begin_write_fenced(
-        &self,
-        key: &stream_cache::CacheKey,
-        meta: ObjectMeta,
-        fence: stream_cache::WriteFence,
-    ) -> Result<Box<dyn stream_cache::BodyWriter>, stream_cache::StorageError> {
-        self.inner.begin_write_fenced(key, meta, fence).await
-    }
-    async fn purge(
-        &self,
-        key: &stream_cache::CacheKey,
-    ) -> Result<bool, stream_cache::StorageError> {
-        let gate = self.gate.lock().unwrap().take();
-        self.entered
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(gate) = gate {
-            let _ = gate.await;
-        }
-        self.inner.purge(key).await
-    }
-}
-
 /// A fill that starts while a purge is under way (before its storage acts) is fenced out by
 /// it; a caller that comes after the purge returned must not join that fill. Found by review:
 /// `StreamCache::purge` detached the key's flight before the storage's purge, so such a caller
@@ -275,17 +230,17 @@ impl Storage for SlowPurge {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_after_a_purge_does_not_join_a_fill_it_fenced_out() {
     let (open, gate) = oneshot::channel();
-    let storage = Arc::new(SlowPurge {
-        inner: stream_cache::MemStorage::new(1 << 20),
-        gate: std::sync::Mutex::new(Some(gate)),
-        entered: std::sync::atomic::AtomicBool::new(false),
-    });
+    let storage = Arc::new(common::Slowed::new(stream_cache::MemStorage::new(1 << 20)));
+    *storage.purge_gate.lock().unwrap() = Some(gate);
     let cache = StreamCache::new(Arc::clone(&storage));
     let purge = tokio::spawn({
         let cache = cache.clone();
         async move { cache.purge("k").await }
     });
-    while !storage.entered.load(std::sync::atomic::Ordering::SeqCst) {
+    while !storage
+        .purge_entered
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
         tokio::task::yield_now().await;
     }
     // A fill starts (its fence taken before its future runs), waiting for its origin.

@@ -425,6 +425,33 @@ both_backends!(large_body_in_many_chunks, None, |storage: Arc<
     assert!(body == expected, "large body differs");
 });
 
+/// A write of `k` in progress with `hello ` written, and a reader attached to it.
+async fn hello_in_progress(
+    storage: &Arc<dyn Storage>,
+    k: &CacheKey,
+) -> (Box<dyn stream_cache::BodyWriter>, stream_cache::Hit) {
+    let mut w = storage.begin_write(k, ObjectMeta::default()).await.unwrap();
+    w.write(Bytes::from_static(b"hello ")).await.unwrap();
+    let hit = storage
+        .lookup(k)
+        .await
+        .unwrap()
+        .expect("partial body visible");
+    (w, hit)
+}
+
+/// Writes `world` and finishes; the reader gets `hello world` and a clean end.
+async fn world_then_the_whole_body(
+    mut w: Box<dyn stream_cache::BodyWriter>,
+    mut hit: stream_cache::Hit,
+) {
+    w.write(Bytes::from_static(b"world")).await.unwrap();
+    assert_eq!(w.finish().await.unwrap(), 11);
+    let (body, end) = drain(&mut *hit.body).await;
+    assert!(end.is_ok(), "the attached reader ends cleanly: {end:?}");
+    assert_eq!(body, b"hello world".to_vec());
+}
+
 // An invalidation (not a purge) detaches a write in progress: the reader attached before it
 // gets the whole body and a clean end, the writer finishes, later lookups miss, the write never
 // becomes the key's object, and its bytes are given back when it ends. A complete object goes
@@ -436,24 +463,11 @@ both_backends!(
     |storage: Arc<dyn Storage>| async move {
         let k = key("object");
         let baseline = storage.usage().map(|u| u.used_bytes);
-        let mut w = storage
-            .begin_write(&k, ObjectMeta::default())
-            .await
-            .unwrap();
-        w.write(Bytes::from_static(b"hello ")).await.unwrap();
-        let mut hit = storage
-            .lookup(&k)
-            .await
-            .unwrap()
-            .expect("partial body visible");
+        let (w, hit) = hello_in_progress(&storage, &k).await;
         let fenced = storage.fence(&k);
         assert!(storage.invalidate(&k).await.unwrap());
         assert!(storage.lookup(&k).await.unwrap().is_none());
-        w.write(Bytes::from_static(b"world")).await.unwrap();
-        assert_eq!(w.finish().await.unwrap(), 11);
-        let (body, end) = drain(&mut *hit.body).await;
-        assert!(end.is_ok(), "the attached reader ends cleanly: {end:?}");
-        assert_eq!(body, b"hello world".to_vec());
+        world_then_the_whole_body(w, hit).await;
         assert!(
             storage.lookup(&k).await.unwrap().is_none(),
             "a detached write never becomes the key's object"
@@ -494,27 +508,14 @@ both_backends!(
     None,
     |storage: Arc<dyn Storage>| async move {
         let k = key("object");
-        let mut w = storage
-            .begin_write(&k, ObjectMeta::default())
-            .await
-            .unwrap();
-        w.write(Bytes::from_static(b"hello ")).await.unwrap();
-        let mut hit = storage
-            .lookup(&k)
-            .await
-            .unwrap()
-            .expect("partial body visible");
+        let (w, hit) = hello_in_progress(&storage, &k).await;
         {
             let mut first = std::pin::pin!(storage.invalidate(&k));
             let _ = futures::poll!(first.as_mut());
         }
         assert!(storage.lookup(&k).await.unwrap().is_none());
         storage.invalidate(&k).await.unwrap();
-        w.write(Bytes::from_static(b"world")).await.unwrap();
-        w.finish().await.unwrap();
-        let (body, end) = drain(&mut *hit.body).await;
-        assert!(end.is_ok(), "{end:?}");
-        assert_eq!(body, b"hello world".to_vec());
+        world_then_the_whole_body(w, hit).await;
         assert!(storage.lookup(&k).await.unwrap().is_none());
     }
 );

@@ -131,3 +131,67 @@ pub fn object_files(root: &Path) -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+/// `MemStorage` with two slow spots a test can arm: `begin_write` that first sleeps
+/// `begin_delay` (a saturated blocking pool, a remote backend), and `purge` that first waits for
+/// `purge_gate` (a backend that awaits I/O or a lock before it fences), setting `purge_entered`
+/// once it waits.
+pub struct Slowed {
+    pub inner: MemStorage,
+    pub begin_delay: Option<std::time::Duration>,
+    pub purge_gate: std::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+    pub purge_entered: std::sync::atomic::AtomicBool,
+}
+
+impl Slowed {
+    pub fn new(inner: MemStorage) -> Self {
+        Slowed {
+            inner,
+            begin_delay: None,
+            purge_gate: std::sync::Mutex::new(None),
+            purge_entered: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for Slowed {
+    fn capabilities(&self) -> stream_cache::Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn lookup(
+        &self,
+        key: &stream_cache::CacheKey,
+    ) -> Result<Option<stream_cache::Hit>, stream_cache::StorageError> {
+        self.inner.lookup(key).await
+    }
+
+    fn fence(&self, key: &stream_cache::CacheKey) -> stream_cache::WriteFence {
+        self.inner.fence(key)
+    }
+
+    async fn begin_write_fenced(
+        &self,
+        key: &stream_cache::CacheKey,
+        meta: stream_cache::ObjectMeta,
+        fence: stream_cache::WriteFence,
+    ) -> Result<Box<dyn stream_cache::BodyWriter>, stream_cache::StorageError> {
+        if let Some(delay) = self.begin_delay {
+            tokio::time::sleep(delay).await;
+        }
+        self.inner.begin_write_fenced(key, meta, fence).await
+    }
+
+    async fn purge(
+        &self,
+        key: &stream_cache::CacheKey,
+    ) -> Result<bool, stream_cache::StorageError> {
+        let gate = self.purge_gate.lock().unwrap().take();
+        self.purge_entered.store(true, Ordering::SeqCst);
+        if let Some(gate) = gate {
+            let _ = gate.await;
+        }
+        self.inner.purge(key).await
+    }
+}
